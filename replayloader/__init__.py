@@ -1,0 +1,12 @@
+"""replayloader: prioritized-replay data loading with a Numba sum tree and pluggable weighting strategies."""
+from .buffer import ReplayBuffer, Sample
+from .checkpoint import flatten_state, load_state, save_state, unflatten_state
+from .loader import ReplayBatch, ReplayDataLoader
+from .storage import Storage
+from .sumtree import SumTree
+from . import strategies
+
+__version__ = "0.1.0"
+
+__all__ = ["ReplayBuffer", "ReplayDataLoader", "ReplayBatch", "Sample", "Storage", "SumTree", "strategies",
+           "flatten_state", "unflatten_state", "save_state", "load_state", "__version__"]

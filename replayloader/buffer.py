@@ -1,0 +1,362 @@
+"""ReplayBuffer: a fixed-capacity memory of examples sampled with P(i) = w_i^alpha / sum_j w_j^alpha.
+
+The buffer joins three parts that never see each other: the `SumTree` (slot indices and priorities), the
+`Storage` (slot indices and arrays) and the `Strategy` (weights from feedback). It owns the per-slot
+bookkeeping and validates every input before anything changes, so a rejected call leaves it exactly as it was.
+
+Ids: every added example gets ``id = serial * capacity + slot`` where ``serial`` counts examples ever added.
+Feedback for an id whose slot has since been refilled is stale: it is ignored and counted, never applied to
+the example that replaced it.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from .storage import Storage, to_numpy
+from .strategies import KNOWN_FEEDBACK, Strategy
+from .sumtree import SumTree
+
+STATE_VERSION = 1
+
+
+@dataclass
+class Sample:
+    """A sampled mini-batch. ``weights`` are importance weights (P_min / P_i)^beta, or None without beta."""
+
+    data: dict[str, Any]
+    ids: np.ndarray
+    probabilities: np.ndarray
+    weights: np.ndarray | None
+
+
+@njit(cache=True, nogil=True)
+def _resolve_ids(ids, capacity, slot_serial, next_serial, mark, epoch):
+    """Decode ids to slots, drop stale ones, keep the last occurrence of duplicates.
+
+    Returns (slots, positions in `ids`, stale count, index of the first never-issued id or -1).
+    """
+    k = ids.shape[0]
+    for j in range(k):
+        if ids[j] < 0 or ids[j] // capacity >= next_serial:
+            return np.empty(0, np.int64), np.empty(0, np.int64), 0, j
+    slots = np.empty(k, np.int64)
+    pos = np.empty(k, np.int64)
+    n = 0
+    stale = 0
+    for j in range(k - 1, -1, -1):  # backwards, so the first one met is the last write
+        slot = ids[j] % capacity
+        if slot_serial[slot] != ids[j] // capacity:
+            stale += 1
+        elif mark[slot] != epoch:
+            mark[slot] = epoch
+            slots[n] = slot
+            pos[n] = j
+            n += 1
+    return slots[:n][::-1].copy(), pos[:n][::-1].copy(), stale, -1
+
+
+@njit(cache=True, nogil=True)
+def _first_invalid(values):
+    """Index of the first NaN, inf or negative value, or -1."""
+    for j in range(values.shape[0]):
+        v = values[j]
+        if not (v >= 0.0 and v < np.inf):
+            return j
+    return -1
+
+
+def _check_feedback_array(name: str, value: Any, k: int) -> np.ndarray:
+    arr = to_numpy(value, name)
+    if arr.shape != (k,):
+        raise ValueError(f"{name} must have shape ({k},) to match ids, got {arr.shape}")
+    arr = np.ascontiguousarray(arr, np.float64)
+    bad = _first_invalid(arr)
+    if bad >= 0:
+        raise ValueError(f"{name} must be finite and >= 0; {name}[{bad}] = {float(arr[bad])}")
+    return arr
+
+
+class ReplayBuffer:
+    """Prioritized replay memory with pluggable weighting.
+
+    Args:
+        capacity: number of examples kept (N).
+        alpha: prioritization exponent; 0 is uniform, 1 samples proportionally to the weights.
+        beta: importance-weight exponent (PER); None skips importance weights.
+        strategy: initializer + update + eviction; None means the paper's MeanWeight/LossDifference/EvictLowest.
+        storage: a `Storage` to write into (None: a new one; torch tensors stay on their device).
+        seed: seed of the sampling generator (its state is checkpointed).
+        sampling: "stratified" (one draw per equal segment of the mass) or "independent".
+        tree_dtype: float64 (default) or float32 for the sum tree.
+
+    A weight of 0 means "never sampled"; if every weight is 0, sampling falls back to uniform over the stored
+    examples.
+    """
+
+    def __init__(self, capacity: int, alpha: float = 1.0, beta: float | None = None,
+                 strategy: Strategy | None = None, storage: Storage | None = None, seed: int | None = None,
+                 sampling: str = "stratified", tree_dtype: Any = np.float64) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
+            raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
+        if not (isinstance(alpha, (int, float, np.floating)) and np.isfinite(alpha) and alpha >= 0):
+            raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+        if beta is not None and not (isinstance(beta, (int, float, np.floating)) and np.isfinite(beta)
+                                     and beta >= 0):
+            raise ValueError(f"beta must be None or a finite number >= 0, got {beta!r}")
+        if sampling not in ("stratified", "independent"):
+            raise ValueError(f"sampling must be 'stratified' or 'independent', got {sampling!r}")
+        strategy = Strategy() if strategy is None else strategy
+        if not isinstance(strategy, Strategy):
+            raise TypeError(f"strategy must be a replayloader.strategies.Strategy, got {type(strategy).__name__}")
+        self.capacity = int(capacity)
+        self.alpha = float(alpha)
+        self.beta = None if beta is None else float(beta)
+        self.sampling = sampling
+        self.strategy = strategy
+        self.tree = SumTree(self.capacity, tree_dtype)
+        self.storage = Storage(self.capacity) if storage is None else storage
+        if self.storage.capacity != self.capacity:
+            raise ValueError(f"storage capacity {self.storage.capacity} != buffer capacity {self.capacity}")
+        self.seed = seed
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.size = 0
+        self.weights = np.zeros(self.capacity)
+        self.visits = np.zeros(self.capacity, np.int64)
+        self.slot_serial = np.full(self.capacity, -1, np.int64)
+        self.added_at_call = np.zeros(self.capacity, np.int64)
+        self.features: np.ndarray | None = None
+        self.next_serial = 0
+        self.last_add_slots = np.empty(0, np.int64)
+        self._mark = np.full(self.capacity, -1, np.int64)
+        self._epoch = 0
+        self._weight_sum = 0.0
+        self._changes_since_exact_sum = 0
+        self.counters = {"add_calls": 0, "added": 0, "evicted": 0, "sample_calls": 0, "sampled": 0,
+                         "updated": 0, "stale_feedback": 0, "first_visits": 0, "sampled_age_sum": 0}
+        self.strategy.update.bind(self.capacity)
+
+    # ------------------------------------------------------------------ views used by strategies
+    def __len__(self) -> int:
+        return self.size
+
+    def mean_weight(self) -> float:
+        return self._weight_sum / self.size if self.size else 0.0
+
+    # ------------------------------------------------------------------ add
+    def add(self, batch: Mapping[str, Any]) -> np.ndarray:
+        """Store a batch (field -> array with a leading batch dim) and return one id per example."""
+        n = self.storage.check_batch(batch)
+        if n == 0:
+            raise ValueError("batch must hold at least one example, got 0")
+        if n > self.capacity:
+            raise ValueError(f"batch of {n} examples does not fit a buffer of capacity {self.capacity}")
+        init = self.strategy.init
+        features = None
+        if init.feature_based:
+            features = np.asarray(init.featurize(batch), np.float64)
+            if features.ndim != 2 or len(features) != n:
+                raise ValueError(f"features must have shape ({n}, d), got {features.shape}")
+            if self.features is not None and features.shape[1] != self.features.shape[1]:
+                raise ValueError(f"features have {features.shape[1]} columns, earlier adds had "
+                                 f"{self.features.shape[1]}")
+        weights = np.ascontiguousarray(init.initial_weights(self, n, features), np.float64)
+        bad = _first_invalid(weights)
+        if weights.shape != (n,) or bad >= 0:
+            raise ValueError(f"initializer {init.name!r} gave invalid initial weights {weights!r}")
+        # Everything is validated: from here on the buffer changes.
+        n_free = min(n, self.capacity - self.size)
+        slots = np.arange(self.size, self.size + n_free, dtype=np.int64)
+        if n_free < n:
+            victims = self.strategy.evict.choose(self.tree, n - n_free)
+            self._weight_sum -= float(self.weights[victims].sum())
+            self.counters["evicted"] += len(victims)
+            slots = np.concatenate([slots, victims])
+        self.storage.write(slots, batch)
+        if features is not None:
+            if self.features is None:
+                self.features = np.zeros((self.capacity, features.shape[1]))
+            self.features[slots] = features
+        serials = np.arange(self.next_serial, self.next_serial + n, dtype=np.int64)
+        self.next_serial += n
+        self.slot_serial[slots] = serials
+        self.visits[slots] = 0
+        self.added_at_call[slots] = self.counters["add_calls"]
+        self.size += n_free
+        self.strategy.update.on_add(slots)
+        self._set_weights(slots, weights, replaced_sum=0.0)
+        self.last_add_slots = slots
+        self.counters["add_calls"] += 1
+        self.counters["added"] += n
+        return serials * self.capacity + slots
+
+    def _priorities(self, weights: np.ndarray) -> np.ndarray:
+        if self.alpha == 1.0:
+            return weights
+        if self.alpha == 0.0:
+            return (weights > 0).astype(np.float64)
+        return np.where(weights > 0, weights ** self.alpha, 0.0)
+
+    def _set_weights(self, slots: np.ndarray, weights: np.ndarray, replaced_sum: float) -> None:
+        self.weights[slots] = weights
+        self.tree.set(slots, self._priorities(weights), weights)
+        self._weight_sum += float(weights.sum()) - replaced_sum
+        self._changes_since_exact_sum += len(slots)
+        if self._changes_since_exact_sum >= self.capacity:  # amortised O(1): bounds float drift of the mean
+            self._weight_sum = float(self.weights[: self.size].sum())
+            self._changes_since_exact_sum = 0
+
+    # ------------------------------------------------------------------ sample
+    def sample(self, k: int) -> Sample:
+        """Draw k examples (with replacement) by weight; see the class docstring for the all-zero case."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty buffer; add examples first")
+        if self.strategy.no_replay:
+            if k > len(self.last_add_slots):
+                raise ValueError(f"no-replay mode returns the latest add ({len(self.last_add_slots)} examples); "
+                                 f"k={k} is larger")
+            slots = self.last_add_slots[:k]
+            probabilities = np.full(k, 1.0 / k)
+        else:
+            total = self.tree.total
+            uniforms = self.rng.random(k)
+            if total > 0:
+                slots = self.tree.sample(uniforms, self.sampling == "stratified")
+                probabilities = self.tree.get(slots).astype(np.float64) / total
+            else:
+                slots = np.minimum((uniforms * self.size).astype(np.int64), self.size - 1)
+                probabilities = np.full(k, 1.0 / self.size)
+        weights = None
+        if self.beta is not None:
+            p_min = self.tree.min_priority() / self.tree.total if self.tree.total > 0 else probabilities.min()
+            if self.strategy.no_replay:
+                p_min = probabilities.min()
+            weights = (p_min / probabilities) ** self.beta
+        self.counters["sample_calls"] += 1
+        self.counters["sampled"] += k
+        self.counters["sampled_age_sum"] += int((self.counters["add_calls"] - 1 - self.added_at_call[slots]).sum())
+        ids = self.slot_serial[slots] * self.capacity + slots
+        return Sample(self.storage.gather(slots), ids, probabilities, weights)
+
+    # ------------------------------------------------------------------ update
+    def update(self, ids: Any, **feedback: Any) -> int:
+        """Apply per-example feedback (e.g. ``loss=``) to the examples of ``ids``; returns how many changed.
+
+        Stale ids are skipped and counted; a duplicated id counts once, with its last value.
+        """
+        ids = to_numpy(ids, "ids")
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"ids must be a non-empty 1-D integer array, got dtype {ids.dtype} shape {ids.shape}")
+        ids = np.ascontiguousarray(ids, np.int64)
+        unknown = sorted(set(feedback) - set(KNOWN_FEEDBACK))
+        if unknown:
+            raise TypeError(f"unknown feedback keyword(s) {unknown}; known: {list(KNOWN_FEEDBACK)}")
+        checked = {}
+        for name, value in feedback.items():
+            if name in ("logits", "targets", "mask"):
+                checked[name] = to_numpy(value, name)
+            else:
+                checked[name] = _check_feedback_array(name, value, len(ids))
+        values = self.strategy.update.values(checked)
+        if values is not None:
+            values = _check_feedback_array(self.strategy.update.feedback_key or "feedback", values, len(ids))
+        self._epoch += 1
+        slots, pos, stale, bad = _resolve_ids(ids, self.capacity, self.slot_serial, self.next_serial,
+                                              self._mark, self._epoch)
+        if bad >= 0:
+            raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
+        self.counters["stale_feedback"] += int(stale)
+        if values is None or len(slots) == 0:
+            return 0
+        changed, new_weights = self.strategy.update.compute(slots, values[pos])
+        self.visits[slots] += 1
+        self.counters["first_visits"] += int((self.visits[slots] == 1).sum())
+        target = slots[changed]
+        if len(target):
+            new_weights = np.ascontiguousarray(new_weights, np.float64)
+            self._set_weights(target, new_weights, replaced_sum=float(self.weights[target].sum()))
+            self.strategy.init.observe(self, target, new_weights)
+        refreshed = self.strategy.init.refresh(self)
+        if refreshed is not None:
+            r_slots, r_weights = refreshed
+            r_weights = np.ascontiguousarray(r_weights, np.float64)
+            self._set_weights(r_slots, r_weights, replaced_sum=float(self.weights[r_slots].sum()))
+        self.counters["updated"] += len(target)
+        return len(target)
+
+    # ------------------------------------------------------------------ introspection
+    def stats(self) -> dict[str, float]:
+        """Counters and weight statistics (O(N); meant for logging, not the hot path)."""
+        live = self.weights[: self.size]
+        visits = self.visits[: self.size]
+        out: dict[str, float] = {"size": self.size, "capacity": self.capacity}
+        out.update({k: v for k, v in self.counters.items() if k != "sampled_age_sum"})
+        out["mean_sample_age"] = (self.counters["sampled_age_sum"] / self.counters["sampled"]
+                                  if self.counters["sampled"] else 0.0)
+        if self.size:
+            out.update(weight_min=float(live.min()), weight_mean=float(live.mean()), weight_max=float(live.max()),
+                       weight_std=float(live.std()), mean_visits=float(visits.mean()),
+                       max_visits=int(visits.max()), frac_never_visited=float((visits == 0).mean()))
+        return out
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict:
+        """A snapshot (copies, not views) of everything needed to continue exactly: slots, weights, counters,
+        RNG, strategy memory and stored data."""
+        return {
+            "version": STATE_VERSION,
+            "config": {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta, "sampling": self.sampling,
+                       "tree_dtype": str(self.tree.dtype), "strategy": self.strategy.describe()},
+            "size": self.size, "next_serial": self.next_serial,
+            "weights": self.weights.copy(), "visits": self.visits.copy(), "slot_serial": self.slot_serial.copy(),
+            "added_at_call": self.added_at_call.copy(), "last_add_slots": self.last_add_slots.copy(),
+            "features": None if self.features is None else self.features.copy(),
+            "counters": dict(self.counters), "rng": copy.deepcopy(self.rng.bit_generator.state),
+            "weight_sum": self._weight_sum, "changes_since_exact_sum": self._changes_since_exact_sum,
+            "strategy": self.strategy.state_dict(), "storage": self.storage.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"state version {state.get('version')!r} is not supported (expected {STATE_VERSION})")
+        config = state["config"]
+        mine = {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta, "sampling": self.sampling,
+                "tree_dtype": str(self.tree.dtype), "strategy": self.strategy.describe()}
+        for key, value in mine.items():
+            if config[key] != value:
+                raise ValueError(f"checkpoint has {key}={config[key]!r} but this buffer has {key}={value!r}")
+        self.size = int(state["size"])
+        self.next_serial = int(state["next_serial"])
+        self.weights = np.array(state["weights"], np.float64)
+        self.visits = np.array(state["visits"], np.int64)
+        self.slot_serial = np.array(state["slot_serial"], np.int64)
+        self.added_at_call = np.array(state["added_at_call"], np.int64)
+        self.last_add_slots = np.array(state["last_add_slots"], np.int64)
+        self.features = None if state["features"] is None else np.array(state["features"], np.float64)
+        self.counters = {k: int(v) for k, v in state["counters"].items()}
+        self.rng.bit_generator.state = state["rng"]
+        self.strategy.update.bind(self.capacity)
+        self.strategy.load_state_dict(state["strategy"])
+        self.storage.load_state_dict(state["storage"])
+        self.tree.clear()
+        live = np.arange(self.size, dtype=np.int64)
+        self.tree.set(live, self._priorities(self.weights[: self.size]), self.weights[: self.size])
+        self._weight_sum = float(state["weight_sum"])  # the running sum, bit for bit, so means match exactly
+        self._changes_since_exact_sum = int(state["changes_since_exact_sum"])
+        self._mark[:] = -1
+        self._epoch = 0
+
+
+def _warm_up() -> None:
+    _resolve_ids(np.zeros(1, np.int64), 1, np.zeros(1, np.int64), 1, np.full(1, -1, np.int64), 0)
+    _first_invalid(np.zeros(1))
+
+
+_warm_up()

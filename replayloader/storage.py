@@ -1,0 +1,158 @@
+"""Preallocated field arrays, written and gathered by slot index.
+
+Storage keeps data where it was produced: numpy arrays stay numpy, torch tensors stay on their device (a GPU
+buffer never copies examples to the host; only slot indices cross). The schema (field names, per-example shape,
+dtype, device) is fixed by the first add; later adds must match it exactly.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+
+def is_torch_tensor(x: Any) -> bool:
+    """True for torch tensors, without importing torch (the core does not require it)."""
+    return type(x).__module__.startswith("torch") and hasattr(x, "device") and hasattr(x, "dtype")
+
+
+def to_numpy(x: Any, name: str) -> np.ndarray:
+    """Per-example feedback as a host numpy array (torch tensors on any device are detached and copied)."""
+    if is_torch_tensor(x):
+        x = x.detach()
+        if str(x.dtype) in ("torch.bfloat16", "torch.float16"):
+            x = x.float()
+        return x.cpu().numpy()
+    try:
+        return np.asarray(x)
+    except Exception as exc:  # pragma: no cover - exotic inputs
+        raise TypeError(f"{name} must be array-like, got {type(x).__name__}") from exc
+
+
+class FieldSpec:
+    """Shape, dtype and kind of one field; used to check that every add matches the first."""
+
+    __slots__ = ("name", "shape", "dtype", "kind", "device")
+
+    def __init__(self, name: str, value: Any) -> None:
+        self.name = name
+        self.kind = "torch" if is_torch_tensor(value) else "numpy"
+        self.shape = tuple(value.shape[1:])
+        self.dtype = value.dtype
+        self.device = str(value.device) if self.kind == "torch" else "cpu"
+
+    def describe(self) -> str:
+        where = f" on {self.device}" if self.kind == "torch" else ""
+        return f"{self.kind} {self.dtype} per-example shape {self.shape}{where}"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "shape": list(self.shape), "dtype": str(self.dtype),
+                "device": self.device}
+
+
+class Storage:
+    """Arrays of shape (capacity, *field_shape), created lazily from the first batch."""
+
+    def __init__(self, capacity: int, device: Any = None) -> None:
+        self.capacity = capacity
+        self.device = device  # optional override for torch storage (e.g. keep a CPU-produced batch on cuda)
+        self.specs: dict[str, FieldSpec] = {}
+        self.fields: dict[str, Any] = {}
+
+    @property
+    def initialized(self) -> bool:
+        return bool(self.specs)
+
+    def check_batch(self, batch: Mapping[str, Any]) -> int:
+        """Validate a batch against the schema (or as a first schema) and return its batch size.
+
+        Raises before anything is written, so a bad add leaves the buffer untouched.
+        """
+        if not isinstance(batch, Mapping) or not batch:
+            raise TypeError(f"batch must be a non-empty mapping of field name -> array, got {type(batch).__name__}")
+        size = None
+        for name, value in batch.items():
+            if not isinstance(name, str):
+                raise TypeError(f"batch field names must be strings, got {name!r}")
+            if not (is_torch_tensor(value) or isinstance(value, np.ndarray)):
+                raise TypeError(f"batch[{name!r}] must be a numpy array or torch tensor, got {type(value).__name__}")
+            if value.ndim < 1:
+                raise ValueError(f"batch[{name!r}] needs a leading batch dimension, got a scalar")
+            if size is None:
+                size = int(value.shape[0])
+            elif value.shape[0] != size:
+                raise ValueError(f"batch[{name!r}] has {value.shape[0]} examples but other fields have {size}")
+        if self.specs:
+            if set(batch) != set(self.specs):
+                raise ValueError(f"batch fields {sorted(batch)} do not match the buffer's fields {sorted(self.specs)}")
+            for name, value in batch.items():
+                want, got = self.specs[name], FieldSpec(name, value)
+                if (got.kind, got.shape, got.dtype) != (want.kind, want.shape, want.dtype):
+                    raise ValueError(f"batch[{name!r}] is {got.describe()}, but the buffer stores {want.describe()}")
+        return size
+
+    def _allocate(self, batch: Mapping[str, Any]) -> None:
+        for name, value in batch.items():
+            spec = FieldSpec(name, value)
+            if spec.kind == "torch":
+                import torch
+
+                device = self.device if self.device is not None else value.device
+                self.fields[name] = torch.zeros((self.capacity, *spec.shape), dtype=value.dtype, device=device)
+                spec.device = str(self.fields[name].device)
+            else:
+                self.fields[name] = np.zeros((self.capacity, *spec.shape), dtype=value.dtype)
+            self.specs[name] = spec
+
+    def write(self, slots: np.ndarray, batch: Mapping[str, Any]) -> None:
+        if not self.specs:
+            self._allocate(batch)
+        for name, value in batch.items():
+            store = self.fields[name]
+            if self.specs[name].kind == "torch":
+                index = _torch_index(slots, store.device)
+                store.index_copy_(0, index, value.detach().to(store.device))
+            else:
+                store[slots] = value
+
+    def gather(self, slots: np.ndarray) -> dict[str, Any]:
+        out = {}
+        for name, store in self.fields.items():
+            if self.specs[name].kind == "torch":
+                out[name] = store.index_select(0, _torch_index(slots, store.device))
+            else:
+                out[name] = store.take(slots, axis=0)
+        return out
+
+    def state_dict(self) -> dict:
+        """A snapshot: fields are copied (on their device), so later writes do not leak into a saved state."""
+        fields = {k: (v.clone() if is_torch_tensor(v) else v.copy()) for k, v in self.fields.items()}
+        return {"specs": [s.to_json() for s in self.specs.values()], "fields": fields}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.specs, self.fields = {}, {}
+        for spec_json in state["specs"]:
+            value = state["fields"][spec_json["name"]]
+            if len(value) != self.capacity:
+                raise ValueError(f"stored field {spec_json['name']!r} has {len(value)} rows, capacity is {self.capacity}")
+            if spec_json["kind"] == "torch":
+                import torch
+
+                if not is_torch_tensor(value):
+                    value = torch.as_tensor(np.asarray(value))
+                device = self.device if self.device is not None else spec_json["device"]
+                if str(device).startswith("cuda") and not torch.cuda.is_available():
+                    device = "cpu"
+                value = value.to(device).clone()
+            else:
+                value = np.array(value, copy=True)
+            spec = FieldSpec(spec_json["name"], value[:1])
+            self.fields[spec.name] = value
+            self.specs[spec.name] = spec
+
+
+def _torch_index(slots: np.ndarray, device: Any):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(slots, np.int64)).to(device, non_blocking=True)

@@ -1,0 +1,94 @@
+"""Pluggable weighting: an initializer (weight of new examples) + an update (weight from feedback) + an eviction.
+
+`Strategy()` is the paper's default: MeanWeight + LossDifference + EvictLowest. `NoReplay()` hands back
+exactly what was just added, through the same buffer API, for baselines. `by_name` maps the TMR variant names.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .evictions import FIFO, EvictLowest, Eviction
+from .initializers import (BufferView, Initializer, LeastSquares, LinUCB, MaxWeight, MeanWeight,
+                           TokenIdFeatures)
+from .updates import (KNOWN_FEEDBACK, GradBound, GradNorm, LossDifference, LossValue, SetWeight, WeightUpdate,
+                      grad_bound_sigmoid, grad_bound_softmax)
+
+
+class Strategy:
+    """An initializer, a weight update and an eviction, used together by one buffer."""
+
+    no_replay = False
+
+    def __init__(self, init: Initializer | None = None, update: WeightUpdate | None = None,
+                 evict: Eviction | None = None) -> None:
+        self.init = MeanWeight() if init is None else init
+        self.update = LossDifference() if update is None else update
+        self.evict = EvictLowest() if evict is None else evict
+        for arg, value, kind in (("init", self.init, Initializer), ("update", self.update, WeightUpdate),
+                                 ("evict", self.evict, Eviction)):
+            if not isinstance(value, kind):
+                raise TypeError(f"{arg} must be a {kind.__name__}, got {type(value).__name__}")
+
+    def describe(self) -> dict:
+        return {"init": self.init.name, "update": self.update.name, "evict": self.evict.name,
+                "no_replay": self.no_replay}
+
+    def state_dict(self) -> dict:
+        return {"init": self.init.state_dict(), "update": self.update.state_dict(),
+                "evict": self.evict.state_dict()}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.init.load_state_dict(state["init"])
+        self.update.load_state_dict(state["update"])
+        self.evict.load_state_dict(state["evict"])
+
+    def __repr__(self) -> str:
+        d = self.describe()
+        return f"{type(self).__name__}(init={d['init']}, update={d['update']}, evict={d['evict']})"
+
+
+class _NoFeedback(WeightUpdate):
+    name = "none"
+    feedback_key = None
+
+    def values(self, feedback):
+        return None
+
+
+class NoReplay(Strategy):
+    """Baseline mode: `sample(k)` returns the first k examples of the latest add, in order; feedback is
+    accepted (and validated) but changes nothing."""
+
+    no_replay = True
+
+    def __init__(self) -> None:
+        super().__init__(MeanWeight(), _NoFeedback(), FIFO())
+
+
+_VARIANTS = {
+    "none": NoReplay,
+    "loss_diff": lambda: Strategy(MeanWeight(), LossDifference(), EvictLowest()),
+    "grad_norm": lambda: Strategy(MeanWeight(), GradNorm(), EvictLowest()),
+    "grad_bound": lambda: Strategy(MeanWeight(), GradBound(), EvictLowest()),
+    "loss": lambda: Strategy(MeanWeight(), LossValue(), EvictLowest()),
+    "lsr": lambda: Strategy(LeastSquares(), LossDifference(), EvictLowest()),
+    "linucb": lambda: Strategy(LinUCB(), LossDifference(), EvictLowest()),
+    "per": lambda: Strategy(MaxWeight(), SetWeight(), FIFO()),
+}
+
+
+def by_name(name: str) -> Strategy:
+    """The strategy of a named variant: none, loss_diff, grad_norm, grad_bound, loss, lsr, linucb, per."""
+    if name not in _VARIANTS:
+        raise ValueError(f"unknown strategy name {name!r}; choose one of {sorted(_VARIANTS)}")
+    return _VARIANTS[name]()
+
+
+__all__ = ["Strategy", "NoReplay", "by_name", "Initializer", "MeanWeight", "MaxWeight", "LeastSquares", "LinUCB",
+           "TokenIdFeatures", "BufferView", "WeightUpdate", "LossDifference", "GradNorm", "GradBound", "LossValue",
+           "SetWeight", "Eviction", "EvictLowest", "FIFO", "KNOWN_FEEDBACK", "grad_bound_sigmoid",
+           "grad_bound_softmax", "strategy_names"]
+
+
+def strategy_names() -> list[str]:
+    return sorted(_VARIANTS)

@@ -1,0 +1,55 @@
+"""Which slots to overwrite when the buffer is full."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from ..sumtree import SumTree
+
+
+class Eviction:
+    name = "eviction"
+
+    def choose(self, tree: SumTree, k: int) -> np.ndarray:
+        """Return k distinct occupied slots to overwrite."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        pass
+
+
+class EvictLowest(Eviction):
+    """Paper default: overwrite the examples of lowest current weight (ties: lowest slot).
+
+    Ranks on live weights through the tree's min index, in O(k log N); the k victims of one add are chosen
+    among the examples present before that add, so a batch never overwrites its own examples.
+    """
+
+    name = "lowest"
+
+    def choose(self, tree, k):
+        return tree.pop_min(k)
+
+
+class FIFO(Eviction):
+    """Overwrite the oldest examples (a ring over the slots, which fill in order)."""
+
+    name = "fifo"
+
+    def __init__(self) -> None:
+        self.next_slot = 0
+
+    def choose(self, tree, k):
+        slots = (self.next_slot + np.arange(k)) % tree.capacity
+        self.next_slot = int((self.next_slot + k) % tree.capacity)
+        return slots
+
+    def state_dict(self):
+        return {"next_slot": self.next_slot}
+
+    def load_state_dict(self, state):
+        self.next_slot = int(state["next_slot"])

@@ -1,0 +1,201 @@
+"""Initial weights for newly added examples.
+
+An initializer sees the buffer through a small read-only view (`BufferView`) and, when it is feature based,
+the feature rows of the new examples. Feature-based initializers also learn from feedback (`observe`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..storage import to_numpy
+
+Featurizer = Callable[[Mapping[str, Any]], np.ndarray]
+
+
+class BufferView(Protocol):
+    """What strategies may read from the buffer."""
+
+    capacity: int
+    size: int
+    weights: np.ndarray  # raw weights per slot (0 for empty slots)
+    visits: np.ndarray  # times each slot's feedback was applied
+    features: np.ndarray | None  # (capacity, d) feature rows, only for feature-based initializers
+
+    def mean_weight(self) -> float: ...
+
+
+class TokenIdFeatures:
+    """The paper's features: an example's token-id sequence read as a numeric vector.
+
+    ``field`` names the batch field; by default "input_ids" when present, else the first field.
+    """
+
+    def __init__(self, field: str | None = None) -> None:
+        self.field = field
+
+    def __call__(self, batch: Mapping[str, Any]) -> np.ndarray:
+        name = self.field or ("input_ids" if "input_ids" in batch else next(iter(batch)))
+        if name not in batch:
+            raise KeyError(f"feature field {name!r} is not in the batch (fields: {sorted(batch)})")
+        x = to_numpy(batch[name], f"batch[{name!r}]")
+        return x.reshape(len(x), -1).astype(np.float64)
+
+
+class Initializer:
+    """Base: a constant-free initializer that needs no features and learns nothing."""
+
+    name = "initializer"
+    feature_based = False
+
+    def initial_weights(self, view: BufferView, n: int, features: np.ndarray | None) -> np.ndarray:
+        raise NotImplementedError
+
+    def observe(self, view: BufferView, slots: np.ndarray, weights: np.ndarray) -> None:
+        """Learn from the new weights that feedback gave to `slots` (default: nothing)."""
+
+    def refresh(self, view: BufferView) -> tuple[np.ndarray, np.ndarray] | None:
+        """Optionally re-score examples that were never sampled: (slots, weights) or None."""
+        return None
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        pass
+
+
+class MeanWeight(Initializer):
+    """Paper default: a new example gets the current mean weight (``default`` while the buffer is empty)."""
+
+    name = "mean"
+
+    def __init__(self, default: float = 1.0) -> None:
+        _check_positive("default", default)
+        self.default = float(default)
+
+    def initial_weights(self, view, n, features):
+        return np.full(n, view.mean_weight() if view.size else self.default)
+
+
+class MaxWeight(Initializer):
+    """PER convention: a new example gets the largest weight assigned so far, so it is soon replayed.
+
+    The raw weight is stored; alpha is applied once, by the buffer (applying it twice is a known peer bug).
+    """
+
+    name = "max"
+
+    def __init__(self, default: float = 1.0) -> None:
+        _check_positive("default", default)
+        self.max_seen = float(default)
+
+    def initial_weights(self, view, n, features):
+        return np.full(n, self.max_seen)
+
+    def observe(self, view, slots, weights):
+        if len(weights):
+            self.max_seen = max(self.max_seen, float(weights.max()))
+
+    def state_dict(self):
+        return {"max_seen": self.max_seen}
+
+    def load_state_dict(self, state):
+        self.max_seen = float(state["max_seen"])
+
+
+class LeastSquares(Initializer):
+    """Paper's LSR: fit theta* = argmin sum_i (theta^T x_i - r_i)^2 over the buffer, new weight = theta*^T x.
+
+    Refit on every add from the live examples (exact; O(N d^2)). Predictions below ``floor`` are raised to it,
+    because a weight must be >= 0 and 0 would make the example unreachable.
+    """
+
+    name = "lsr"
+    feature_based = True
+
+    def __init__(self, features: Featurizer | str | None = None, intercept: bool = False,
+                 floor: float = 1e-6, default: float = 1.0) -> None:
+        self.featurize = TokenIdFeatures(features) if features is None or isinstance(features, str) else features
+        self.intercept = intercept
+        self.floor = float(floor)
+        self.default = float(default)
+        self.theta: np.ndarray | None = None
+
+    def _design(self, x: np.ndarray) -> np.ndarray:
+        return np.hstack([x, np.ones((len(x), 1))]) if self.intercept else x
+
+    def initial_weights(self, view, n, features):
+        if view.size == 0:
+            return np.full(n, self.default)
+        x = self._design(view.features[: view.size])
+        self.theta = np.linalg.lstsq(x, view.weights[: view.size], rcond=None)[0]
+        return np.maximum(self._design(features) @ self.theta, self.floor)
+
+    def state_dict(self):
+        return {} if self.theta is None else {"theta": self.theta.copy()}
+
+    def load_state_dict(self, state):
+        self.theta = np.asarray(state["theta"]) if "theta" in state else None
+
+
+class LinUCB(Initializer):
+    """LinUCB (Chu et al. 2011, Algorithm 1) with examples as arms: weight = theta^T x + c sqrt(x^T A^-1 x).
+
+    A = I + sum x x^T and b = sum r x over every feedback received (reward r = the weight the update strategy
+    assigned). After each feedback the weights of examples never sampled are re-scored, so initial weights keep
+    improving until the example is first sampled; from then on the update strategy owns its weight.
+    """
+
+    name = "linucb"
+    feature_based = True
+
+    def __init__(self, features: Featurizer | str | None = None, exploration: float = 1.0,
+                 floor: float = 1e-6) -> None:
+        if not np.isfinite(exploration) or exploration < 0:
+            raise ValueError(f"exploration must be a finite number >= 0, got {exploration!r}")
+        self.featurize = TokenIdFeatures(features) if features is None or isinstance(features, str) else features
+        self.exploration = float(exploration)
+        self.floor = float(floor)
+        self.A: np.ndarray | None = None
+        self.b: np.ndarray | None = None
+
+    def _ensure(self, d: int) -> None:
+        if self.A is None:
+            self.A, self.b = np.eye(d), np.zeros(d)
+
+    def scores(self, x: np.ndarray) -> np.ndarray:
+        self._ensure(x.shape[1])
+        a_inv = np.linalg.inv(self.A)
+        theta = a_inv @ self.b
+        width = np.sqrt(np.maximum(np.einsum("ij,jk,ik->i", x, a_inv, x), 0.0))
+        return np.maximum(x @ theta + self.exploration * width, self.floor)
+
+    def initial_weights(self, view, n, features):
+        return self.scores(features)
+
+    def observe(self, view, slots, weights):
+        x = view.features[slots]
+        self._ensure(x.shape[1])
+        self.A += x.T @ x
+        self.b += x.T @ weights
+
+    def refresh(self, view):
+        unsampled = np.flatnonzero(view.visits[: view.size] == 0)
+        if len(unsampled) == 0:
+            return None
+        return unsampled, self.scores(view.features[unsampled])
+
+    def state_dict(self):
+        return {} if self.A is None else {"A": self.A.copy(), "b": self.b.copy()}
+
+    def load_state_dict(self, state):
+        self.A = np.array(state["A"]) if "A" in state else None
+        self.b = np.array(state["b"]) if "b" in state else None
+
+
+def _check_positive(name: str, value: float) -> None:
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")

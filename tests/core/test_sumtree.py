@@ -1,0 +1,114 @@
+"""SumTree against a plain-numpy reference: totals, minima, argmin, valid positive samples."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from replayloader import SumTree
+
+finite_weights = st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+class ReferenceTree:
+    def __init__(self, capacity):
+        self.p = np.zeros(capacity)
+        self.k = np.full(capacity, np.inf)
+
+    def set(self, slots, prios, keys):
+        for s, p, k in zip(slots, prios, keys):  # in order: last write wins
+            self.p[s], self.k[s] = p, k
+
+    def pop_min(self, n):
+        out = []
+        for _ in range(n):
+            s = int(np.argmin(self.k))  # np.argmin returns the first (lowest) index among ties
+            out.append(s)
+            self.p[s], self.k[s] = 0.0, np.inf
+        return np.array(out)
+
+
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(1, 70), data=st.data())
+def test_random_operation_sequences_match_reference(capacity, data):
+    tree, ref = SumTree(capacity), ReferenceTree(capacity)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    for _ in range(data.draw(st.integers(1, 12))):
+        op = data.draw(st.sampled_from(["set", "set", "pop", "sample"]))
+        if op == "set":
+            n = data.draw(st.integers(1, 2 * capacity))
+            slots = np.array(data.draw(st.lists(st.integers(0, capacity - 1), min_size=n, max_size=n)))
+            prios = np.array(data.draw(st.lists(finite_weights, min_size=n, max_size=n)))
+            keys = prios + rng.random(n)
+            tree.set(slots, prios, keys)
+            ref.set(slots, prios, keys)
+        elif op == "pop":
+            n = data.draw(st.integers(0, int(np.isfinite(ref.k).sum())))
+            np.testing.assert_array_equal(tree.pop_min(n), ref.pop_min(n))
+        elif ref.p.sum() > 0:
+            slots = tree.sample(rng.random(64), stratified=data.draw(st.booleans()))
+            assert slots.min() >= 0 and slots.max() < capacity
+            assert (ref.p[slots] > 0).all()
+        assert tree.total == pytest.approx(ref.p.sum(), rel=1e-12, abs=1e-300)
+        positive = ref.p[ref.p > 0]
+        assert tree.min_priority() == (positive.min() if len(positive) else np.inf)
+        assert tree.min_key() == ref.k.min()
+        if np.isfinite(ref.k).any():
+            assert tree.argmin() == int(np.argmin(ref.k))
+        np.testing.assert_array_equal(tree.get(np.arange(capacity)), ref.p)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_edges_never_return_zero_or_out_of_range_leaves(dtype):
+    # Mass concentrated at the ends with zeros between, and uniforms at the very edge of [0, 1).
+    tree = SumTree(1000, dtype)
+    prios = np.zeros(1000)
+    prios[[0, 3, 998]] = [1e-30, 1.0, 1e-7]
+    tree.set(np.arange(1000), prios)
+    edge = np.array([0.0, np.nextafter(1.0, 0.0), 1.0 - 1e-17, 0.5, 0.999999999])
+    for stratified in (True, False):
+        slots = tree.sample(np.resize(edge, 64), stratified=stratified)
+        assert set(slots.tolist()) <= {0, 3, 998}
+    # capacity not a power of two: the padding leaves past the end must never be returned
+    tree = SumTree(5, dtype)
+    tree.set(np.arange(5), np.array([0.0, 0.0, 0.0, 0.0, 1e-3]))
+    assert (tree.sample(np.array([np.nextafter(1.0, 0.0)] * 8)) == 4).all()
+
+
+def test_duplicate_slots_last_write_wins():
+    tree = SumTree(8)
+    tree.set(np.array([2, 5, 2, 2]), np.array([1.0, 2.0, 3.0, 7.0]))
+    assert tree.get(np.array([2, 5])).tolist() == [7.0, 2.0]
+    assert tree.total == 9.0
+
+
+def test_parents_recomputed_without_drift():
+    # Delta-updated trees accumulate error; recomputing from children must give the exact sum of the leaves.
+    rng = np.random.default_rng(0)
+    tree = SumTree(4096)
+    leaves = np.zeros(4096)
+    for _ in range(2000):
+        slots = rng.integers(0, 4096, 64)
+        prios = rng.random(64) * 10.0 ** rng.integers(-8, 8, 64)
+        tree.set(slots, prios)
+        leaves[slots] = prios
+    tree.set(np.arange(4096), np.zeros(4096))
+    assert tree.total == 0.0
+    assert tree.min_priority() == np.inf
+
+
+def test_pop_min_breaks_ties_by_lowest_slot_and_skips_empty():
+    tree = SumTree(6)
+    tree.set(np.arange(4), np.array([2.0, 1.0, 1.0, 3.0]))
+    assert tree.pop_min(3).tolist() == [1, 2, 0]
+    assert tree.argmin() == 3
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="capacity"):
+        SumTree(0)
+    with pytest.raises(ValueError, match="dtype"):
+        SumTree(4, np.int32)
+    tree = SumTree(4)
+    with pytest.raises(IndexError, match="slots"):
+        tree.set(np.array([4]), np.array([1.0]))
+    with pytest.raises(ValueError, match="total priority is 0"):
+        tree.sample(np.array([0.5]))
