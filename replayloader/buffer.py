@@ -135,8 +135,6 @@ class ReplayBuffer:
         self.last_add_slots = np.empty(0, np.int64)
         self._mark = np.full(self.capacity, -1, np.int64)
         self._epoch = 0
-        self._weight_sum = 0.0
-        self._changes_since_exact_sum = 0
         self.counters = {"add_calls": 0, "added": 0, "evicted": 0, "sample_calls": 0, "sampled": 0,
                          "updated": 0, "stale_feedback": 0, "first_visits": 0, "sampled_age_sum": 0}
         self.strategy.update.bind(self.capacity)
@@ -146,7 +144,8 @@ class ReplayBuffer:
         return self.size
 
     def mean_weight(self) -> float:
-        return self._weight_sum / self.size if self.size else 0.0
+        """Exact mean raw weight of the stored examples (the tree keeps their sum), 0 when empty."""
+        return self.tree.raw_total() / self.size if self.size else 0.0
 
     # ------------------------------------------------------------------ add
     def add(self, batch: Mapping[str, Any]) -> np.ndarray:
@@ -174,7 +173,6 @@ class ReplayBuffer:
         slots = np.arange(self.size, self.size + n_free, dtype=np.int64)
         if n_free < n:
             victims = self.strategy.evict.choose(self.tree, n - n_free)
-            self._weight_sum -= float(self.weights[victims].sum())
             self.counters["evicted"] += len(victims)
             slots = np.concatenate([slots, victims])
         self.storage.write(slots, batch)
@@ -189,7 +187,7 @@ class ReplayBuffer:
         self.added_at_call[slots] = self.counters["add_calls"]
         self.size += n_free
         self.strategy.update.on_add(slots)
-        self._set_weights(slots, weights, replaced_sum=0.0)
+        self._set_weights(slots, weights)
         self.last_add_slots = slots
         self.counters["add_calls"] += 1
         self.counters["added"] += n
@@ -202,14 +200,15 @@ class ReplayBuffer:
             return (weights > 0).astype(np.float64)
         return np.where(weights > 0, weights ** self.alpha, 0.0)
 
-    def _set_weights(self, slots: np.ndarray, weights: np.ndarray, replaced_sum: float) -> None:
+    def _set_weights(self, slots: np.ndarray, weights: np.ndarray) -> None:
+        """Record raw weights; the tree gets priorities (w^alpha), eviction keys and raw sums (w)."""
         self.weights[slots] = weights
-        self.tree.set(slots, self._priorities(weights), weights)
-        self._weight_sum += float(weights.sum()) - replaced_sum
-        self._changes_since_exact_sum += len(slots)
-        if self._changes_since_exact_sum >= self.capacity:  # amortised O(1): bounds float drift of the mean
-            self._weight_sum = float(self.weights[: self.size].sum())
-            self._changes_since_exact_sum = 0
+        dtype = self.tree.dtype
+        raw = weights if weights.dtype == dtype else weights.astype(dtype)
+        priorities = self._priorities(weights)
+        priorities = priorities if priorities.dtype == dtype else priorities.astype(dtype)
+        self.tree.set_unchecked(np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(priorities),
+                                np.ascontiguousarray(raw), np.ascontiguousarray(raw))
 
     # ------------------------------------------------------------------ sample
     def sample(self, k: int) -> Sample:
@@ -281,13 +280,13 @@ class ReplayBuffer:
         target = slots[changed]
         if len(target):
             new_weights = np.ascontiguousarray(new_weights, np.float64)
-            self._set_weights(target, new_weights, replaced_sum=float(self.weights[target].sum()))
+            self._set_weights(target, new_weights)
             self.strategy.init.observe(self, target, new_weights)
         refreshed = self.strategy.init.refresh(self)
         if refreshed is not None:
             r_slots, r_weights = refreshed
             r_weights = np.ascontiguousarray(r_weights, np.float64)
-            self._set_weights(r_slots, r_weights, replaced_sum=float(self.weights[r_slots].sum()))
+            self._set_weights(r_slots, r_weights)
         self.counters["updated"] += len(target)
         return len(target)
 
@@ -319,7 +318,6 @@ class ReplayBuffer:
             "added_at_call": self.added_at_call.copy(), "last_add_slots": self.last_add_slots.copy(),
             "features": None if self.features is None else self.features.copy(),
             "counters": dict(self.counters), "rng": copy.deepcopy(self.rng.bit_generator.state),
-            "weight_sum": self._weight_sum, "changes_since_exact_sum": self._changes_since_exact_sum,
             "strategy": self.strategy.state_dict(), "storage": self.storage.state_dict(),
         }
 
@@ -347,9 +345,8 @@ class ReplayBuffer:
         self.storage.load_state_dict(state["storage"])
         self.tree.clear()
         live = np.arange(self.size, dtype=np.int64)
-        self.tree.set(live, self._priorities(self.weights[: self.size]), self.weights[: self.size])
-        self._weight_sum = float(state["weight_sum"])  # the running sum, bit for bit, so means match exactly
-        self._changes_since_exact_sum = int(state["changes_since_exact_sum"])
+        live_weights = self.weights[: self.size]
+        self.tree.set(live, self._priorities(live_weights), live_weights, live_weights)
         self._mark[:] = -1
         self._epoch = 0
 

@@ -84,11 +84,13 @@ class Storage:
             elif value.shape[0] != size:
                 raise ValueError(f"batch[{name!r}] has {value.shape[0]} examples but other fields have {size}")
         if self.specs:
-            if set(batch) != set(self.specs):
+            if len(batch) != len(self.specs) or any(name not in self.specs for name in batch):
                 raise ValueError(f"batch fields {sorted(batch)} do not match the buffer's fields {sorted(self.specs)}")
             for name, value in batch.items():
-                want, got = self.specs[name], FieldSpec(name, value)
-                if (got.kind, got.shape, got.dtype) != (want.kind, want.shape, want.dtype):
+                want = self.specs[name]
+                if (value.shape[1:] != want.shape or value.dtype != want.dtype
+                        or (want.kind == "torch") != is_torch_tensor(value)):
+                    got = FieldSpec(name, value)
                     raise ValueError(f"batch[{name!r}] is {got.describe()}, but the buffer stores {want.describe()}")
         return size
 

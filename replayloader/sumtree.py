@@ -1,13 +1,17 @@
-"""Sum tree + min trees over flat arrays, with Numba kernels.
+"""Sum tree + min trees in one interleaved array, with Numba kernels.
 
 Layout: a 1-indexed binary heap over ``P`` leaves (``P`` = capacity rounded up to a power of two). Node ``i``
-has children ``2i`` and ``2i+1``; leaf of slot ``s`` is node ``P + s``. Three arrays share that layout:
+has children ``2i`` and ``2i+1``; the leaf of slot ``s`` is node ``P + s``. Each node is one row of four
+numbers, so the two children of a node share one 64-byte cache line (float64) and an update touches one line
+per level instead of one per array:
 
-* ``sums``  -- sampling priorities; a parent is the sum of its children.
-* ``minp``  -- the same priorities with 0 (never sampled) replaced by +inf; root = smallest positive priority,
-  which importance weights need (P_min).
-* ``keys``  -- eviction keys (raw weights, or anything the caller ranks by); root = smallest key, and a descent
-  finds its leaf in O(log N). Empty leaves hold +inf so they are never "evicted".
+* column 0, ``SUM``  -- sampling priorities; a parent is the sum of its children.
+* column 1, ``MINP`` -- the same priorities with 0 (never sampled) read as +inf; the root is the smallest
+  positive priority, which importance weights need (P_min).
+* column 2, ``KEY``  -- eviction keys (raw weights, or anything the caller ranks by); the root is the smallest
+  key, and a descent finds its leaf in O(log N). Empty leaves hold +inf so they are never "evicted".
+* column 3, ``RAW``  -- a second sum, of raw weights (priorities before the alpha power), so the mean weight
+  is exact at any alpha.
 
 Every write recomputes ancestors from their children instead of adding deltas, so the tree never drifts.
 Kernels process a whole batch one tree level at a time: the K independent descents (or ascents) of a level
@@ -18,32 +22,56 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+MINP, KEY, RAW = 0, 1, 2  # columns of the aux array
 _INF = np.inf
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _pull(sums, aux, i):
+    """Recompute node i from its two children."""
+    left = 2 * i
+    right = left + 1
+    sums[i] = sums[left] + sums[right]
+    a, b = aux[left, 0], aux[right, 0]
+    aux[i, 0] = a if a < b else b
+    a, b = aux[left, 1], aux[right, 1]
+    aux[i, 1] = a if a < b else b
+    aux[i, 2] = aux[left, 2] + aux[right, 2]
+
+
 @njit(cache=True, nogil=True)
-def _set_leaves(sums, minp, keys, n_leaves, slots, priorities, new_keys):
-    """Write leaves (in order, so a duplicated slot keeps its last value), then recompute ancestors."""
+def _set_leaves(sums, aux, n_leaves, slots, priorities, keys, raw):
+    """Write leaves (in order, so a duplicated slot keeps its last value), then recompute ancestors.
+
+    Ascents run level by level. On levels with fewer nodes than walks, where walks meet, a shared ancestor is
+    recomputed once and the walks that reach it again stop; below that, repeats are rare and harmless.
+    """
     k = slots.shape[0]
     nodes = np.empty(k, np.int64)
     for j in range(k):
         i = slots[j] + n_leaves
         p = priorities[j]
         sums[i] = p
-        minp[i] = p if p > 0 else _INF
-        keys[i] = new_keys[j]
+        aux[i, 0] = p if p > 0 else _INF
+        aux[i, 1] = keys[j]
+        aux[i, 2] = raw[j]
         nodes[j] = i >> 1
-    while nodes[0] >= 1:  # every walk reaches the root on the same level: the tree is perfect
-        for j in range(k):
+    seen = np.zeros(k, np.int64)  # seen[i - width] == width: node i was done on the level of that width
+    active = k
+    width = n_leaves >> 1  # nodes on the current level are [width, 2 * width)
+    while width >= 1:
+        kept = 0
+        for j in range(active):
             i = nodes[j]
-            left = 2 * i
-            right = left + 1
-            sums[i] = sums[left] + sums[right]
-            a, b = minp[left], minp[right]
-            minp[i] = a if a < b else b
-            a, b = keys[left], keys[right]
-            keys[i] = a if a < b else b
-            nodes[j] = i >> 1
+            if width < k:
+                if seen[i - width] == width:
+                    continue
+                seen[i - width] = width
+            _pull(sums, aux, i)
+            nodes[kept] = i >> 1
+            kept += 1
+        active = kept
+        width >>= 1
 
 
 @njit(cache=True, nogil=True)
@@ -80,35 +108,61 @@ def _stratified_targets(total, uniforms):
 
 
 @njit(cache=True, nogil=True)
-def _argmin_key(keys, n_leaves):
+def _argmin_key(aux, n_leaves):
     i = 1
     while i < n_leaves:
         left = 2 * i
-        i = left if keys[left] <= keys[left + 1] else left + 1
+        i = left if aux[left, 1] <= aux[left + 1, 1] else left + 1
     return i - n_leaves
 
 
 @njit(cache=True, nogil=True)
-def _pop_min(sums, minp, keys, n_leaves, k):
+def _pop_min(sums, aux, n_leaves, k):
     """Remove the k lowest-key leaves (distinct) and return their slots; ties go to the lowest slot."""
     out = np.empty(k, np.int64)
     for j in range(k):
-        s = _argmin_key(keys, n_leaves)
+        s = _argmin_key(aux, n_leaves)
         out[j] = s
         i = s + n_leaves
         sums[i] = 0.0
-        minp[i] = _INF
-        keys[i] = _INF
+        aux[i, 0] = _INF
+        aux[i, 1] = _INF
+        aux[i, 2] = 0.0
         i >>= 1
         while i >= 1:
-            left = 2 * i
-            sums[i] = sums[left] + sums[left + 1]
-            a, b = minp[left], minp[left + 1]
-            minp[i] = a if a < b else b
-            a, b = keys[left], keys[left + 1]
-            keys[i] = a if a < b else b
+            _pull(sums, aux, i)
             i >>= 1
     return out
+
+
+@njit(cache=True, nogil=True)
+def _lowest_leaves(aux, n_leaves, capacity, k):
+    """The k lowest-key slots in (key, slot) order, by one O(N) scan: cheaper than k descents when k is a
+    sizeable fraction of N. Same result and order as k successive argmin pops."""
+    keys = aux[n_leaves:n_leaves + capacity, 1]
+    threshold = np.partition(keys, k - 1)[k - 1]
+    out = np.empty(k, np.int64)
+    n = 0
+    for s in range(capacity):  # strictly below the threshold: all of them belong
+        if keys[s] < threshold:
+            out[n] = s
+            n += 1
+    for s in range(capacity):  # ties at the threshold: lowest slots first
+        if n == k:
+            break
+        if keys[s] == threshold:
+            out[n] = s
+            n += 1
+    order = np.argsort(keys[out], kind="mergesort")  # stable: equal keys keep slot order
+    return out[order]
+
+
+def _empty_tree(n_leaves: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """The sums (alone, so sampling descents read 8 bytes a node) and the aux rows [minp, key, raw, pad]."""
+    aux = np.zeros((2 * n_leaves, 4), dtype)
+    aux[:, MINP] = np.inf
+    aux[:, KEY] = np.inf
+    return np.zeros(2 * n_leaves, dtype), aux
 
 
 def _next_power_of_two(n: int) -> int:
@@ -122,24 +176,24 @@ def _warm_up(dtype: np.dtype) -> None:
     """Run every kernel once per dtype so compilation (or the on-disk cache load) happens here, not at step 1."""
     if dtype in _WARM:
         return
-    sums, minp, keys = np.zeros(4, dtype), np.full(4, np.inf, dtype), np.full(4, np.inf, dtype)
-    slots = np.array([0, 1], np.int64)
+    sums, aux = _empty_tree(2, dtype)
     values = np.ones(2, dtype)
-    _set_leaves(sums, minp, keys, 2, slots, values, values)
+    _set_leaves(sums, aux, 2, np.array([0, 1], np.int64), values, values, values)
     _descend(sums, 2, _stratified_targets(2.0, np.array([0.5, 0.5])))
-    _pop_min(sums, minp, keys, 2, 1)
+    _pop_min(sums, aux, 2, 1)
+    _lowest_leaves(aux, 2, 2, 1)
     _WARM.add(dtype)
 
 
 class SumTree:
     """Sampling priorities with O(log N) set / sample / argmin, plus a key tree for evict-lowest.
 
-    The class only validates shapes and owns the arrays; it holds no policy. Priorities must be finite and
+    The class only validates shapes and owns the array; it holds no policy. Priorities must be finite and
     >= 0 (the buffer validates user input before it reaches here).
     """
 
     def __init__(self, capacity: int, dtype: np.dtype | type = np.float64) -> None:
-        if not isinstance(capacity, (int, np.integer)) or capacity < 1:
+        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
             raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
         dtype = np.dtype(dtype)
         if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
@@ -147,39 +201,52 @@ class SumTree:
         self.capacity = int(capacity)
         self.dtype = dtype
         self.n_leaves = _next_power_of_two(self.capacity)
-        size = 2 * self.n_leaves
-        self.sums = np.zeros(size, dtype)
-        self.minp = np.full(size, np.inf, dtype)
-        self.keys = np.full(size, np.inf, dtype)
+        self.sums, self.aux = _empty_tree(self.n_leaves, dtype)
         _warm_up(dtype)
 
     @property
     def total(self) -> float:
         return float(self.sums[1])
 
+    def raw_total(self) -> float:
+        """Sum of the raw weights (the ``raw`` argument of `set`)."""
+        return float(self.aux[1, RAW])
+
     def min_priority(self) -> float:
         """Smallest positive priority (inf when no leaf is positive)."""
-        return float(self.minp[1])
+        return float(self.aux[1, MINP])
 
     def min_key(self) -> float:
-        return float(self.keys[1])
+        return float(self.aux[1, KEY])
 
     def get(self, slots: np.ndarray) -> np.ndarray:
         return self.sums[np.asarray(slots, np.int64) + self.n_leaves]
 
     def get_keys(self, slots: np.ndarray) -> np.ndarray:
-        return self.keys[np.asarray(slots, np.int64) + self.n_leaves]
+        return self.aux[np.asarray(slots, np.int64) + self.n_leaves, KEY]
 
-    def set(self, slots: np.ndarray, priorities: np.ndarray, keys: np.ndarray | None = None) -> None:
-        """Set leaves; a slot given twice keeps its last value. ``keys`` default to the priorities."""
+    def set_unchecked(self, slots: np.ndarray, priorities: np.ndarray, keys: np.ndarray, raw: np.ndarray) -> None:
+        """`set` for trusted callers: int64 slots in range and contiguous arrays of this tree's dtype."""
+        _set_leaves(self.sums, self.aux, self.n_leaves, slots, priorities, keys, raw)
+
+    def set(self, slots: np.ndarray, priorities: np.ndarray, keys: np.ndarray | None = None,
+            raw: np.ndarray | None = None) -> None:
+        """Set leaves; a slot given twice keeps its last value. ``keys`` and ``raw`` default to the priorities."""
         slots = np.ascontiguousarray(slots, np.int64)
         if slots.size == 0:
             return
-        priorities = np.ascontiguousarray(np.broadcast_to(priorities, slots.shape), self.dtype)
-        keys = priorities if keys is None else np.ascontiguousarray(np.broadcast_to(keys, slots.shape), self.dtype)
         if slots.min() < 0 or slots.max() >= self.capacity:
             raise IndexError(f"slots must lie in [0, {self.capacity}), got range [{slots.min()}, {slots.max()}]")
-        _set_leaves(self.sums, self.minp, self.keys, self.n_leaves, slots, priorities, keys)
+        priorities = self._column(priorities, slots)
+        keys = priorities if keys is None else self._column(keys, slots)
+        raw = priorities if raw is None else self._column(raw, slots)
+        _set_leaves(self.sums, self.aux, self.n_leaves, slots, priorities, keys, raw)
+
+    def _column(self, values, slots: np.ndarray) -> np.ndarray:
+        values = np.asarray(values, self.dtype)
+        if values.shape != slots.shape:
+            values = np.broadcast_to(values, slots.shape)
+        return np.ascontiguousarray(values)
 
     def sample(self, uniforms: np.ndarray, stratified: bool = True) -> np.ndarray:
         """Map uniforms in [0, 1) to slots with probability priority / total.
@@ -187,24 +254,30 @@ class SumTree:
         Stratified: draw j lands in the j-th of K equal segments of the mass (lower variance, as in PER).
         Independent: each draw covers the whole mass.
         """
-        total = self.sums[1]
+        total = float(self.sums[1])
         if not total > 0:
             raise ValueError("cannot sample: the total priority is 0")
         u = np.ascontiguousarray(uniforms, np.float64)
-        targets = _stratified_targets(float(total), u) if stratified else u * float(total)
+        targets = _stratified_targets(total, u) if stratified else u * total
         return _descend(self.sums, self.n_leaves, targets)
 
     def argmin(self) -> int:
         """Slot of the smallest key (lowest slot among ties)."""
-        return int(_argmin_key(self.keys, self.n_leaves))
+        return int(_argmin_key(self.aux, self.n_leaves))
 
     def pop_min(self, k: int) -> np.ndarray:
         """Empty and return the k lowest-key slots. Only non-empty slots can be popped."""
         if k < 0 or k > self.capacity:
             raise ValueError(f"k must lie in [0, {self.capacity}], got {k}")
-        return _pop_min(self.sums, self.minp, self.keys, self.n_leaves, int(k))
+        k = int(k)
+        depth = self.n_leaves.bit_length()
+        if k == 0 or 8 * k * depth < self.capacity:
+            return _pop_min(self.sums, self.aux, self.n_leaves, k)
+        slots = _lowest_leaves(self.aux, self.n_leaves, self.capacity, k)
+        zeros = np.zeros(k, self.dtype)
+        _set_leaves(self.sums, self.aux, self.n_leaves, slots, zeros, np.full(k, np.inf, self.dtype), zeros)
+        return slots
 
     def clear(self) -> None:
-        self.sums[:] = 0
-        self.minp[:] = np.inf
-        self.keys[:] = np.inf
+        sums, aux = _empty_tree(self.n_leaves, self.dtype)
+        self.sums[:], self.aux[:] = sums, aux

@@ -112,3 +112,15 @@ def test_bad_arguments():
         tree.set(np.array([4]), np.array([1.0]))
     with pytest.raises(ValueError, match="total priority is 0"):
         tree.sample(np.array([0.5]))
+
+
+@pytest.mark.parametrize("capacity,k", [(1000, 128), (1000, 3), (64, 64), (100, 50)])
+def test_pop_min_scan_and_descent_paths_agree(capacity, k):
+    # pop_min switches to an O(N) scan when k is a large fraction of N; both must give (key, slot) order.
+    rng = np.random.default_rng(capacity + k)
+    keys = rng.integers(0, 20, capacity).astype(float)  # many ties
+    tree = SumTree(capacity)
+    tree.set(np.arange(capacity), keys + 1, keys)
+    want = np.lexsort((np.arange(capacity), keys))[:k]
+    np.testing.assert_array_equal(tree.pop_min(k), want)
+    assert tree.total == pytest.approx(np.delete(keys + 1, want).sum())

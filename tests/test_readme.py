@@ -1,0 +1,21 @@
+"""The README's quickstart runs as written and its commands match .ci/run."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quickstart_runs(capsys):
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"## Quickstart\s+```python\n(.*?)```", text, re.S).group(1)
+    assert len(block.strip().splitlines()) <= 16
+    exec(compile(block, "README quickstart", "exec"), {})
+    size, spread, visits = capsys.readouterr().out.split()
+    assert int(size) == 1000 and float(spread) > 0 and float(visits) > 0
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"Run the tests:\s+(.+)", readme).group(1).strip()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert command.replace("pip install ", "pip install -q ", 1) in ci
