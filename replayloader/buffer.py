@@ -35,30 +35,63 @@ class Sample:
     weights: np.ndarray | None
 
 
-@njit(cache=True, nogil=True)
-def _resolve_ids(ids, capacity, slot_serial, next_serial, mark, epoch):
-    """Decode ids to slots, drop stale ones, keep the last occurrence of duplicates.
+# Per-slot bookkeeping lives in one int64 row per slot, so touching a slot costs one cache line.
+SERIAL, ADDED_AT, VISITS, MARK = 0, 1, 2, 3
 
-    Returns (slots, positions in `ids`, stale count, index of the first never-issued id or -1).
+
+@njit(cache=True, nogil=True)
+def _claim_slots(meta, slots, first_serial, add_call):
+    """Record newly written examples: serial numbers, the add call that wrote them, zero visits."""
+    for j in range(slots.shape[0]):
+        s = slots[j]
+        meta[s, 0] = first_serial + j
+        meta[s, 1] = add_call
+        meta[s, 2] = 0
+
+
+@njit(cache=True, nogil=True)
+def _ids_and_age(meta, slots, capacity, last_add_call):
+    """Ids of sampled slots and the summed age (in add calls) of the examples they hold."""
+    k = slots.shape[0]
+    ids = np.empty(k, np.int64)
+    age = 0
+    for j in range(k):
+        s = slots[j]
+        ids[j] = meta[s, 0] * capacity + s
+        age += last_add_call - meta[s, 1]
+    return ids, age
+
+
+@njit(cache=True, nogil=True)
+def _resolve_ids(ids, capacity, meta, next_serial, epoch, count_visits):
+    """Decode ids to slots, drop stale ones, keep the last occurrence of duplicates, count visits.
+
+    Returns (slots, positions in `ids`, stale count, first visits, index of the first never-issued id or -1).
+    Nothing is written unless every id was issued.
     """
     k = ids.shape[0]
     for j in range(k):
         if ids[j] < 0 or ids[j] // capacity >= next_serial:
-            return np.empty(0, np.int64), np.empty(0, np.int64), 0, j
+            return np.empty(0, np.int64), np.empty(0, np.int64), 0, 0, j
     slots = np.empty(k, np.int64)
     pos = np.empty(k, np.int64)
     n = 0
     stale = 0
-    for j in range(k - 1, -1, -1):  # backwards, so the first one met is the last write
+    first = 0
+    for j in range(k - 1, -1, -1):  # backwards, so the first occurrence met is the last write
         slot = ids[j] % capacity
-        if slot_serial[slot] != ids[j] // capacity:
+        if meta[slot, 0] != ids[j] // capacity:
             stale += 1
-        elif mark[slot] != epoch:
-            mark[slot] = epoch
+        elif meta[slot, 3] != epoch:
+            meta[slot, 3] = epoch
+            if count_visits:
+                meta[slot, 2] += 1
+                if meta[slot, 2] == 1:
+                    first += 1
             slots[n] = slot
             pos[n] = j
             n += 1
-    return slots[:n][::-1].copy(), pos[:n][::-1].copy(), stale, -1
+    return slots[:n][::-1].copy(), pos[:n][::-1].copy(), stale, first, -1
 
 
 @njit(cache=True, nogil=True)
@@ -88,7 +121,7 @@ class ReplayBuffer:
     Args:
         capacity: number of examples kept (N).
         alpha: prioritization exponent; 0 is uniform, 1 samples proportionally to the weights.
-        beta: importance-weight exponent (PER); None skips importance weights.
+        beta: importance-weight exponent (PER); None skips importance weights. Fixed at construction.
         strategy: initializer + update + eviction; None means the paper's MeanWeight/LossDifference/EvictLowest.
         storage: a `Storage` to write into (None: a new one; torch tensors stay on their device).
         seed: seed of the sampling generator (its state is checkpointed).
@@ -119,7 +152,10 @@ class ReplayBuffer:
         self.beta = None if beta is None else float(beta)
         self.sampling = sampling
         self.strategy = strategy
-        self.tree = SumTree(self.capacity, tree_dtype)
+        # Track only what this configuration reads: P_min for importance weights, the key index for
+        # evict-lowest, the raw-weight sum when priorities are not the weights themselves (alpha != 1).
+        self.tree = SumTree(self.capacity, tree_dtype, min_priority=self.beta is not None,
+                            min_key=strategy.evict.uses_min_key, raw_sum=self.alpha != 1.0)
         self.storage = Storage(self.capacity) if storage is None else storage
         if self.storage.capacity != self.capacity:
             raise ValueError(f"storage capacity {self.storage.capacity} != buffer capacity {self.capacity}")
@@ -127,13 +163,12 @@ class ReplayBuffer:
         self.rng = np.random.Generator(np.random.PCG64(seed))
         self.size = 0
         self.weights = np.zeros(self.capacity)
-        self.visits = np.zeros(self.capacity, np.int64)
-        self.slot_serial = np.full(self.capacity, -1, np.int64)
-        self.added_at_call = np.zeros(self.capacity, np.int64)
+        self.meta = np.zeros((self.capacity, 4), np.int64)
+        self.meta[:, SERIAL] = -1
+        self.meta[:, MARK] = -1
         self.features: np.ndarray | None = None
         self.next_serial = 0
         self.last_add_slots = np.empty(0, np.int64)
-        self._mark = np.full(self.capacity, -1, np.int64)
         self._epoch = 0
         self.counters = {"add_calls": 0, "added": 0, "evicted": 0, "sample_calls": 0, "sampled": 0,
                          "updated": 0, "stale_feedback": 0, "first_visits": 0, "sampled_age_sum": 0}
@@ -143,9 +178,21 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size
 
+    @property
+    def visits(self) -> np.ndarray:
+        """Feedback visits per slot (a view)."""
+        return self.meta[:, VISITS]
+
+    @property
+    def slot_serial(self) -> np.ndarray:
+        """Serial number of the example in each slot, -1 if empty (a view)."""
+        return self.meta[:, SERIAL]
+
     def mean_weight(self) -> float:
         """Exact mean raw weight of the stored examples (the tree keeps their sum), 0 when empty."""
-        return self.tree.raw_total() / self.size if self.size else 0.0
+        if not self.size:
+            return 0.0
+        return (self.tree.raw_total() if self.alpha != 1.0 else self.tree.total) / self.size
 
     # ------------------------------------------------------------------ add
     def add(self, batch: Mapping[str, Any]) -> np.ndarray:
@@ -180,18 +227,16 @@ class ReplayBuffer:
             if self.features is None:
                 self.features = np.zeros((self.capacity, features.shape[1]))
             self.features[slots] = features
-        serials = np.arange(self.next_serial, self.next_serial + n, dtype=np.int64)
+        first_serial = self.next_serial
+        _claim_slots(self.meta, slots, first_serial, self.counters["add_calls"])
         self.next_serial += n
-        self.slot_serial[slots] = serials
-        self.visits[slots] = 0
-        self.added_at_call[slots] = self.counters["add_calls"]
         self.size += n_free
         self.strategy.update.on_add(slots)
         self._set_weights(slots, weights)
         self.last_add_slots = slots
         self.counters["add_calls"] += 1
         self.counters["added"] += n
-        return serials * self.capacity + slots
+        return (np.arange(first_serial, first_serial + n, dtype=np.int64)) * self.capacity + slots
 
     def _priorities(self, weights: np.ndarray) -> np.ndarray:
         if self.alpha == 1.0:
@@ -238,10 +283,11 @@ class ReplayBuffer:
             if self.strategy.no_replay:
                 p_min = probabilities.min()
             weights = (p_min / probabilities) ** self.beta
-        self.counters["sample_calls"] += 1
-        self.counters["sampled"] += k
-        self.counters["sampled_age_sum"] += int((self.counters["add_calls"] - 1 - self.added_at_call[slots]).sum())
-        ids = self.slot_serial[slots] * self.capacity + slots
+        ids, age = _ids_and_age(self.meta, slots, self.capacity, self.counters["add_calls"] - 1)
+        counters = self.counters
+        counters["sample_calls"] += 1
+        counters["sampled"] += k
+        counters["sampled_age_sum"] += age
         return Sample(self.storage.gather(slots), ids, probabilities, weights)
 
     # ------------------------------------------------------------------ update
@@ -251,43 +297,43 @@ class ReplayBuffer:
         Stale ids are skipped and counted; a duplicated id counts once, with its last value.
         """
         ids = to_numpy(ids, "ids")
-        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+        if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
             raise ValueError(f"ids must be a non-empty 1-D integer array, got dtype {ids.dtype} shape {ids.shape}")
         ids = np.ascontiguousarray(ids, np.int64)
-        unknown = sorted(set(feedback) - set(KNOWN_FEEDBACK))
-        if unknown:
-            raise TypeError(f"unknown feedback keyword(s) {unknown}; known: {list(KNOWN_FEEDBACK)}")
         checked = {}
         for name, value in feedback.items():
+            if name not in KNOWN_FEEDBACK:
+                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
             if name in ("logits", "targets", "mask"):
                 checked[name] = to_numpy(value, name)
             else:
                 checked[name] = _check_feedback_array(name, value, len(ids))
-        values = self.strategy.update.values(checked)
-        if values is not None:
-            values = _check_feedback_array(self.strategy.update.feedback_key or "feedback", values, len(ids))
+        update = self.strategy.update
+        values = update.values(checked)
+        if values is not None and not any(values is v for v in checked.values()):  # derived, e.g. from logits
+            values = _check_feedback_array(update.feedback_key or "feedback", values, len(ids))
         self._epoch += 1
-        slots, pos, stale, bad = _resolve_ids(ids, self.capacity, self.slot_serial, self.next_serial,
-                                              self._mark, self._epoch)
+        slots, pos, stale, first, bad = _resolve_ids(ids, self.capacity, self.meta, self.next_serial,
+                                                     self._epoch, values is not None)
         if bad >= 0:
             raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
-        self.counters["stale_feedback"] += int(stale)
+        counters = self.counters
+        counters["stale_feedback"] += stale
+        counters["first_visits"] += first
         if values is None or len(slots) == 0:
             return 0
-        changed, new_weights = self.strategy.update.compute(slots, values[pos])
-        self.visits[slots] += 1
-        self.counters["first_visits"] += int((self.visits[slots] == 1).sum())
+        changed, new_weights = update.compute(slots, values[pos])
         target = slots[changed]
+        init = self.strategy.init
         if len(target):
             new_weights = np.ascontiguousarray(new_weights, np.float64)
             self._set_weights(target, new_weights)
-            self.strategy.init.observe(self, target, new_weights)
-        refreshed = self.strategy.init.refresh(self)
+            init.observe(self, target, new_weights)
+        refreshed = init.refresh(self)
         if refreshed is not None:
             r_slots, r_weights = refreshed
-            r_weights = np.ascontiguousarray(r_weights, np.float64)
-            self._set_weights(r_slots, r_weights)
-        self.counters["updated"] += len(target)
+            self._set_weights(r_slots, np.ascontiguousarray(r_weights, np.float64))
+        counters["updated"] += len(target)
         return len(target)
 
     # ------------------------------------------------------------------ introspection
@@ -314,8 +360,9 @@ class ReplayBuffer:
             "config": {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta, "sampling": self.sampling,
                        "tree_dtype": str(self.tree.dtype), "strategy": self.strategy.describe()},
             "size": self.size, "next_serial": self.next_serial,
-            "weights": self.weights.copy(), "visits": self.visits.copy(), "slot_serial": self.slot_serial.copy(),
-            "added_at_call": self.added_at_call.copy(), "last_add_slots": self.last_add_slots.copy(),
+            "weights": self.weights.copy(), "visits": self.meta[:, VISITS].copy(),
+            "slot_serial": self.meta[:, SERIAL].copy(), "added_at_call": self.meta[:, ADDED_AT].copy(),
+            "last_add_slots": self.last_add_slots.copy(),
             "features": None if self.features is None else self.features.copy(),
             "counters": dict(self.counters), "rng": copy.deepcopy(self.rng.bit_generator.state),
             "strategy": self.strategy.state_dict(), "storage": self.storage.state_dict(),
@@ -333,9 +380,10 @@ class ReplayBuffer:
         self.size = int(state["size"])
         self.next_serial = int(state["next_serial"])
         self.weights = np.array(state["weights"], np.float64)
-        self.visits = np.array(state["visits"], np.int64)
-        self.slot_serial = np.array(state["slot_serial"], np.int64)
-        self.added_at_call = np.array(state["added_at_call"], np.int64)
+        self.meta[:, SERIAL] = state["slot_serial"]
+        self.meta[:, ADDED_AT] = state["added_at_call"]
+        self.meta[:, VISITS] = state["visits"]
+        self.meta[:, MARK] = -1
         self.last_add_slots = np.array(state["last_add_slots"], np.int64)
         self.features = None if state["features"] is None else np.array(state["features"], np.float64)
         self.counters = {k: int(v) for k, v in state["counters"].items()}
@@ -347,12 +395,15 @@ class ReplayBuffer:
         live = np.arange(self.size, dtype=np.int64)
         live_weights = self.weights[: self.size]
         self.tree.set(live, self._priorities(live_weights), live_weights, live_weights)
-        self._mark[:] = -1
         self._epoch = 0
 
 
 def _warm_up() -> None:
-    _resolve_ids(np.zeros(1, np.int64), 1, np.zeros(1, np.int64), 1, np.full(1, -1, np.int64), 0)
+    meta = np.zeros((1, 4), np.int64)
+    one = np.zeros(1, np.int64)
+    _claim_slots(meta, one, 0, 0)
+    _ids_and_age(meta, one, 1, 0)
+    _resolve_ids(one, 1, meta, 1, 1, True)
     _first_invalid(np.zeros(1))
 
 

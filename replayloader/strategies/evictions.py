@@ -10,9 +10,10 @@ from ..sumtree import SumTree
 
 class Eviction:
     name = "eviction"
+    uses_min_key = False  # True: the buffer's tree keeps a min index over the weights for this eviction
 
     def choose(self, tree: SumTree, k: int) -> np.ndarray:
-        """Return k distinct occupied slots to overwrite."""
+        """Return k distinct occupied slots to overwrite; the caller sets their weights right away."""
         raise NotImplementedError
 
     def state_dict(self) -> dict:
@@ -30,9 +31,10 @@ class EvictLowest(Eviction):
     """
 
     name = "lowest"
+    uses_min_key = True
 
     def choose(self, tree, k):
-        return tree.pop_min(k)
+        return tree.pop_min(k, empty=False)  # the buffer writes these slots right away
 
 
 class FIFO(Eviction):

@@ -63,3 +63,17 @@ def test_bad_loader_arguments():
         ReplayDataLoader(counter_producer(), buf, batch_size=2)
     with pytest.raises(TypeError, match="producer must return"):
         list(ReplayDataLoader(lambda: [1, 2], buf, batch_size=2, steps=1))
+
+
+def test_torch_dataloader_as_source():
+    torch = pytest.importorskip("torch")
+    data = torch.arange(64).reshape(32, 2)
+    source = torch.utils.data.DataLoader(data, batch_size=8)
+    buf = ReplayBuffer(16, strategy=by_name("loss_diff"), seed=0)
+    loader = ReplayDataLoader(lambda x: ({"input_ids": x}, x.float().mean()), buf, batch_size=8, source=source)
+    seen = 0
+    for batch in loader:
+        assert isinstance(batch.data["input_ids"], torch.Tensor)
+        loader.feedback(batch, loss=batch.data["input_ids"].float().mean(1) / 64)
+        seen += 1
+    assert seen == len(source) == 4

@@ -102,6 +102,15 @@ def test_pop_min_breaks_ties_by_lowest_slot_and_skips_empty():
     assert tree.argmin() == 3
 
 
+def test_untracked_columns_are_not_stored_and_say_so():
+    tree = SumTree(8, min_priority=False, min_key=False, raw_sum=False)
+    assert tree.tree.shape == (16, 1)
+    tree.set(np.arange(8), np.arange(8.0))
+    assert tree.total == 28.0
+    with pytest.raises(RuntimeError, match="min_key=True"):
+        tree.pop_min(1)
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="capacity"):
         SumTree(0)
@@ -115,8 +124,7 @@ def test_bad_arguments():
 
 
 @pytest.mark.parametrize("capacity,k", [(1000, 128), (1000, 3), (64, 64), (100, 50)])
-def test_pop_min_scan_and_descent_paths_agree(capacity, k):
-    # pop_min switches to an O(N) scan when k is a large fraction of N; both must give (key, slot) order.
+def test_pop_min_gives_key_then_slot_order(capacity, k):
     rng = np.random.default_rng(capacity + k)
     keys = rng.integers(0, 20, capacity).astype(float)  # many ties
     tree = SumTree(capacity)
@@ -124,3 +132,12 @@ def test_pop_min_scan_and_descent_paths_agree(capacity, k):
     want = np.lexsort((np.arange(capacity), keys))[:k]
     np.testing.assert_array_equal(tree.pop_min(k), want)
     assert tree.total == pytest.approx(np.delete(keys + 1, want).sum())
+
+
+def test_pop_min_without_emptying_keeps_priorities_until_set():
+    tree = SumTree(4)
+    tree.set(np.arange(4), np.array([4.0, 1.0, 3.0, 2.0]))
+    assert tree.pop_min(2, empty=False).tolist() == [1, 3]
+    assert tree.total == 10.0 and tree.argmin() == 2
+    tree.set(np.array([1, 3]), np.array([5.0, 6.0]))
+    assert tree.total == 18.0 and tree.argmin() == 2
