@@ -104,7 +104,7 @@ def test_pop_min_breaks_ties_by_lowest_slot_and_skips_empty():
 
 def test_untracked_columns_are_not_stored_and_say_so():
     tree = SumTree(8, min_priority=False, min_key=False, raw_sum=False)
-    assert tree.tree.shape == (16, 1)
+    assert tree.sums.shape == (16,) and tree.keys.shape == tree.minp.shape == tree.raw.shape == (0,)
     tree.set(np.arange(8), np.arange(8.0))
     assert tree.total == 28.0
     with pytest.raises(RuntimeError, match="min_key=True"):
