@@ -1,0 +1,1 @@
+"""Integrations of replayloader with training code (ELECTRA/TMR pretraining and fine-tuning)."""
