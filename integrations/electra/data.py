@@ -1,0 +1,433 @@
+"""Corpus -> WordPiece tokenizer -> packed [CLS] ... [SEP] examples, cached on disk as memory-mapped Arrow.
+
+Every corpus goes through one code path, `datasets.load_dataset`: a hub name (``hub:wikitext`` with a config),
+or local text files through the ``"text"`` builder. Inputs that are not plain text files are first written out
+as plain text in the cache (the embedded corpus, NLTK-style ``.zip`` archives), so they take the same path.
+``.gz`` text is read by `datasets` directly.
+
+The embedded default corpus, ``python-docs``, is the documentation that CPython itself ships: the help topics of
+``pydoc_data.topics`` plus the docstrings of the standard-library sources (both PSF-licensed, present on every
+Python install, ~2 MB of English prose with some code). It needs no download and no ``../shared``.
+"""
+from __future__ import annotations
+
+import ast
+import glob
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import time
+import warnings
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+EMBEDDED_CORPORA = ("python-docs", "python-topics")
+TEXT_SUFFIXES = (".txt", ".txt.gz", ".gz", ".tokens", ".raw", ".zip")
+CACHE_FORMAT = 3  # bump when the cached example layout changes
+LEAKY_FILES = ("squad-dev-articles",)
+
+
+class CorpusError(ValueError):
+    """A problem with the corpus or tokenizer that the user must fix (reported as one line, no traceback)."""
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Where text comes from: ``kind`` is "embedded", "files" or "hub"."""
+
+    kind: str
+    name: str
+    files: tuple[str, ...] = ()
+    config: str | None = None
+
+    def fingerprint(self) -> dict:
+        """What identifies the corpus contents for the cache key (file sizes and mtimes, Python version)."""
+        out: dict[str, Any] = {"kind": self.kind, "name": self.name, "config": self.config}
+        if self.kind == "files":
+            out["files"] = [(f, os.path.getsize(f), int(os.path.getmtime(f))) for f in self.files]
+        if self.kind == "embedded":
+            out["python"] = sys.version
+        return out
+
+
+def resolve_corpus(corpus: str, config: str | None = None) -> CorpusSpec:
+    """Interpret a ``--corpus`` value: an embedded name, ``hub:NAME``, or comma-separated files/dirs/globs.
+
+    Anything that is not an embedded name, not ``hub:``-prefixed and does not look like a path is taken as a hub
+    dataset name, so ``wikitext`` with ``--corpus-config wikitext-103-raw-v1`` works when online.
+    """
+    corpus = corpus.strip()
+    if not corpus:
+        raise CorpusError("--corpus is empty")
+    name = corpus[len("embedded:"):] if corpus.startswith("embedded:") else corpus
+    if name in EMBEDDED_CORPORA:
+        return CorpusSpec("embedded", name)
+    if corpus.startswith("embedded:"):
+        raise CorpusError(f"unknown embedded corpus {name!r}; choose one of {', '.join(EMBEDDED_CORPORA)}")
+    if corpus.startswith("hub:"):
+        return CorpusSpec("hub", corpus[4:], config=config)
+    parts = [p for p in corpus.split(",") if p]
+    looks_local = any(os.path.exists(p) or "/" in p or "*" in p or p.endswith(TEXT_SUFFIXES) for p in parts)
+    if not looks_local:
+        return CorpusSpec("hub", corpus, config=config)
+    files: list[str] = []
+    for part in parts:
+        matches = sorted(glob.glob(os.path.expanduser(part), recursive=True))
+        if not matches:
+            raise CorpusError(f"corpus file not found: {part} (for a hub dataset with a '/' use hub:{part})")
+        for match in matches:
+            if os.path.isdir(match):
+                found = sorted(str(p) for p in Path(match).rglob("*") if p.is_file() and p.name.endswith(TEXT_SUFFIXES))
+                if not found:
+                    raise CorpusError(f"corpus directory has no text files ({', '.join(TEXT_SUFFIXES)}): {match}")
+                files.extend(found)
+            else:
+                files.append(match)
+    files = [os.path.abspath(f) for f in files]
+    for f in files:
+        if any(leak in os.path.basename(f) for leak in LEAKY_FILES):
+            warnings.warn(f"{os.path.basename(f)} is the SQuAD dev context text: do not evaluate on SQuAD dev, "
+                          "XQuAD or QNLI after pretraining on it", stacklevel=2)
+    return CorpusSpec("files", corpus, tuple(files))
+
+
+# ----------------------------------------------------------------------------- embedded corpus
+def python_docs_text(include_docstrings: bool = True) -> Iterator[str]:
+    """Yield paragraphs of CPython's own documentation: pydoc help topics, then stdlib docstrings."""
+    from pydoc_data.topics import topics
+
+    for key in sorted(topics):
+        yield from _paragraphs(topics[key])
+    if not include_docstrings:
+        return
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = {"test", "tests", "idle_test", "site-packages", "dist-packages", "lib2to3"}
+    for path in sorted(root.rglob("*.py")):
+        if skip.intersection(path.relative_to(root).parts):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc:
+                    yield from _paragraphs(doc)
+
+
+_RST_UNDERLINE = re.compile(r"^\s*([*=~^#+\-])\1{2,}\s*$")
+
+
+def _paragraphs(text: str) -> Iterator[str]:
+    """Join wrapped lines into one line per paragraph (blank-line separated), dropping empty ones."""
+    for block in re.split(r"\n\s*\n", text):
+        kept = [line for line in block.splitlines() if not _RST_UNDERLINE.match(line)]
+        line = " ".join(" ".join(kept).split())
+        if line:
+            yield line
+
+
+# ----------------------------------------------------------------------------- materialising inputs as text
+def _zip_to_text(path: str, out_dir: Path) -> str:
+    """Write the text members of an archive (e.g. an NLTK corpus zip) as one plain text file.
+
+    POS-tagged corpora (Brown: ``word/tag``) are detected and their tags stripped.
+    """
+    out = out_dir / (Path(path).name + ".txt")
+    if out.exists():
+        return str(out)
+    tmp = out.with_suffix(".tmp")
+    with zipfile.ZipFile(path) as archive, open(tmp, "w", encoding="utf-8") as sink:
+        for member in sorted(archive.namelist()):
+            base = member.rsplit("/", 1)[-1]
+            if member.endswith("/") or base.upper().startswith(("README", "LICENSE", "CATS", "CONTENTS")):
+                continue
+            text = archive.read(member).decode("utf-8", errors="replace")
+            tokens = text.split()
+            if tokens and sum("/" in t for t in tokens) > 0.8 * len(tokens):
+                text = re.sub(r"(\S+)/\S+", r"\1", text)
+            for line in text.splitlines():
+                line = " ".join(line.split())
+                if line:
+                    sink.write(line + "\n")
+    tmp.rename(out)
+    return str(out)
+
+
+def text_files_for(spec: CorpusSpec, cache_dir: Path) -> list[str]:
+    """Local plain-text (or .gz) files holding the corpus; archives and embedded text are written to the cache."""
+    text_dir = cache_dir / "text"
+    text_dir.mkdir(parents=True, exist_ok=True)
+    if spec.kind == "embedded":
+        out = text_dir / f"{spec.name}-py{sys.version_info.major}{sys.version_info.minor}.txt"
+        if not out.exists():
+            tmp = out.with_suffix(".tmp")
+            with open(tmp, "w", encoding="utf-8") as sink:
+                for paragraph in python_docs_text(include_docstrings=spec.name == "python-docs"):
+                    sink.write(paragraph + "\n")
+            tmp.rename(out)
+        return [str(out)]
+    files = []
+    for f in spec.files:
+        if f.endswith(".zip"):
+            if not zipfile.is_zipfile(f):
+                raise CorpusError(f"not a valid zip archive: {f}")
+            files.append(_zip_to_text(f, text_dir))
+        else:
+            if f.endswith(".gz"):
+                try:
+                    with gzip.open(f, "rb") as probe:
+                        probe.read(1)
+                except OSError as exc:
+                    raise CorpusError(f"cannot read gzip file {f}: {exc}") from None
+            files.append(f)
+    return files
+
+
+def load_text_dataset(spec: CorpusSpec, cache_dir: Path):
+    """The corpus as a `datasets.Dataset` with one string column ``text`` (one code path: load_dataset)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    hf_cache = str(cache_dir / "hf_datasets")
+    if spec.kind == "hub":
+        try:
+            ds = datasets.load_dataset(spec.name, spec.config, split="train", cache_dir=hf_cache)
+        except Exception as exc:  # the hub raises many types; the user needs one line
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise CorpusError(f"cannot load hub dataset {spec.name!r}"
+                              f"{' config ' + repr(spec.config) if spec.config else ''}: {msg}") from None
+        columns = [name for name, feature in ds.features.items() if getattr(feature, "dtype", None) == "string"]
+        if not columns:
+            raise CorpusError(f"hub dataset {spec.name!r} has no string column to pretrain on")
+        column = "text" if "text" in columns else columns[0]
+        ds = ds.select_columns([column])
+        return ds if column == "text" else ds.rename_column(column, "text")
+    files = text_files_for(spec, cache_dir)
+    try:
+        return datasets.load_dataset("text", data_files={"train": files}, split="train", cache_dir=hf_cache)
+    except Exception as exc:
+        raise CorpusError(f"cannot read corpus files ({', '.join(files[:3])}...): {exc}") from None
+
+
+# ----------------------------------------------------------------------------- tokenizer
+def train_wordpiece(texts, vocab_size: int, lowercase: bool = True):
+    """Train an uncased BERT-style WordPiece tokenizer (ELECTRA's kind) and wrap it as a fast HF tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                        show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    # The trainer breaks count ties in hash-map order, so ids differ from process to process; WordPiece only
+    # needs the token set, so renumber it canonically (specials first, then sorted) for reproducible runs.
+    learned = tok.get_vocab()
+    ordered = list(SPECIAL_TOKENS) + sorted(t for t in learned if t not in SPECIAL_TOKENS)
+    tok.model = models.WordPiece({token: i for i, token in enumerate(ordered)}, unk_token="[UNK]")
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+
+
+def load_tokenizer(path: str):
+    """Load a saved fast tokenizer and check it has the special tokens ELECTRA needs."""
+    from transformers import AutoTokenizer
+
+    if not os.path.isdir(path):
+        raise CorpusError(f"tokenizer directory not found: {path}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except Exception as exc:
+        raise CorpusError(f"cannot load tokenizer from {path}: {str(exc).splitlines()[0]}") from None
+    missing = [name for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id")
+               if getattr(tokenizer, name, None) is None]
+    if missing or not tokenizer.is_fast:
+        raise CorpusError(f"tokenizer in {path} must be a fast tokenizer with [PAD]/[CLS]/[SEP]/[MASK] "
+                          f"(missing: {', '.join(missing) or 'fast backend'})")
+    return tokenizer
+
+
+# ----------------------------------------------------------------------------- packing
+def pack_token_stream(token_lists: list[list[int]], max_len: int, cls_id: int, sep_id: int, pad_id: int,
+                      min_tail: int) -> tuple[list[list[int]], list[int]]:
+    """Concatenate lines of token ids and cut them into [CLS] <= max_len-2 tokens [SEP] examples.
+
+    The last, shorter piece is kept (padded) when it has at least ``min_tail`` tokens, else dropped.
+    Returns (padded ids, lengths).
+    """
+    body = max_len - 2
+    stream = [t for ids in token_lists for t in ids]
+    examples, lengths = [], []
+    for start in range(0, len(stream), body):
+        piece = stream[start:start + body]
+        if len(piece) < body and len(piece) < min_tail:
+            break
+        ids = [cls_id, *piece, sep_id]
+        lengths.append(len(ids))
+        examples.append(ids + [pad_id] * (max_len - len(ids)))
+    return examples, lengths
+
+
+@dataclass
+class PretrainingData:
+    """Packed examples (memory-mapped Arrow: ``input_ids`` (n, max_len), ``length``) and their tokenizer."""
+
+    examples: Any  # datasets.Dataset in numpy format
+    tokenizer: Any
+    tokenizer_dir: str
+    cache_dir: str
+    max_len: int
+    prepare_seconds: float
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(np.asarray(self.examples["length"]).sum())
+
+
+def prepare_pretraining_data(corpus: str, cache_dir: str | os.PathLike, vocab_size: int, max_len: int,
+                             corpus_config: str | None = None, tokenizer_path: str | None = None,
+                             max_lines: int | None = None, num_proc: int | None = None) -> PretrainingData:
+    """Build (or reuse from the cache) the tokenizer and the packed examples for a corpus."""
+    import datasets
+
+    if max_len < 8:
+        raise CorpusError(f"max_len must be at least 8, got {max_len}")
+    started = time.perf_counter()
+    cache_root = Path(cache_dir)
+    spec = resolve_corpus(corpus, corpus_config)
+    key_source = {"format": CACHE_FORMAT, "corpus": spec.fingerprint(), "vocab_size": vocab_size,
+                  "max_len": max_len, "max_lines": max_lines,
+                  "tokenizer": _dir_digest(tokenizer_path) if tokenizer_path else None}
+    key = hashlib.sha1(json.dumps(key_source, sort_keys=True).encode()).hexdigest()[:16]
+    entry = cache_root / "examples" / key
+    examples_dir, tokenizer_dir = entry / "examples", entry / "tokenizer"
+    if not examples_dir.exists():
+        text = load_text_dataset(spec, cache_root)
+        text = text.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
+        if max_lines is not None:
+            text = text.select(range(min(max_lines, len(text))))
+        if len(text) == 0:
+            raise CorpusError(f"corpus {corpus!r} is empty (no non-blank lines)")
+        if tokenizer_path:
+            tokenizer = load_tokenizer(tokenizer_path)
+        else:
+            tokenizer = train_wordpiece((text[i:i + 1000]["text"] for i in range(0, len(text), 1000)), vocab_size)
+        tmp = entry.with_name(entry.name + f".tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tokenizer.save_pretrained(str(tmp / "tokenizer"))
+        examples = _tokenize_and_pack(text, tokenizer, max_len, num_proc)
+        if len(examples) == 0:
+            raise CorpusError(f"corpus {corpus!r} is too small to make a single example of {max_len} tokens")
+        examples.save_to_disk(str(tmp / "examples"))
+        (tmp / "source.json").write_text(json.dumps(key_source, indent=1))
+        if entry.exists():  # another process won the race; keep its copy
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.rename(entry)
+    tokenizer = load_tokenizer(str(tokenizer_dir))
+    examples = datasets.load_from_disk(str(examples_dir)).with_format("numpy")  # memory-mapped
+    return PretrainingData(examples, tokenizer, str(tokenizer_dir), str(entry), max_len,
+                           time.perf_counter() - started)
+
+
+def _tokenize_and_pack(text, tokenizer, max_len: int, num_proc: int | None):
+    """Tokenise lines in batches of 1000 (the fast tokenizer's batch path) and pack each batch into examples."""
+    import datasets
+
+    cls_id, sep_id, pad_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
+    id_type = "int16" if len(tokenizer) < 2 ** 15 else "int32"
+    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value(id_type), length=max_len),
+                                  "length": datasets.Value("int16" if max_len < 2 ** 15 else "int32")})
+
+    def pack(batch: dict) -> dict:
+        encodings = tokenizer.backend_tokenizer.encode_batch(batch["text"], add_special_tokens=False)
+        ids = [e.ids for e in encodings]
+        examples, lengths = pack_token_stream(ids, max_len, cls_id, sep_id, pad_id, min_tail=max_len // 4)
+        return {"input_ids": examples, "length": lengths}
+
+    return text.map(pack, batched=True, batch_size=1000, remove_columns=text.column_names, features=features,
+                    num_proc=num_proc, desc="packing")
+
+
+def _dir_digest(path: str) -> str:
+    """Content hash of a tokenizer directory (so a changed tokenizer invalidates the example cache)."""
+    digest = hashlib.sha1()
+    root = Path(path)
+    if not root.is_dir():
+        raise CorpusError(f"tokenizer directory not found: {path}")
+    for f in sorted(root.rglob("*")):
+        if f.is_file():
+            digest.update(f.name.encode())
+            digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------- batches for the producer
+class BatchStream:
+    """Endless shuffled mini-batches of packed examples with a checkpointable position.
+
+    Epoch ``e`` visits the examples in the order ``default_rng([seed, e]).permutation(n)``; the last partial
+    batch of an epoch is dropped. State is (epoch, position) only, so resuming needs no saved permutation.
+    """
+
+    def __init__(self, examples: Any, batch_size: int, seed: int, pad_id: int, device: torch.device | str = "cpu"):
+        if len(examples) < batch_size:
+            raise CorpusError(f"corpus has {len(examples)} packed examples, fewer than the batch size {batch_size}; "
+                              "use more text, a smaller --batch-size or a smaller --max-len")
+        self.examples = examples
+        self.batch_size = batch_size
+        self.seed = seed
+        self.pad_id = pad_id
+        self.device = torch.device(device)
+        self.epoch = 0
+        self.position = 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
+
+    def __iter__(self) -> BatchStream:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        if self.position + self.batch_size > len(self._order):
+            self.epoch += 1
+            self.position = 0
+            self._order = self._permutation(self.epoch)
+        rows = self._order[self.position:self.position + self.batch_size]
+        self.position += self.batch_size
+        ids = torch.from_numpy(np.asarray(self.examples[rows]["input_ids"], dtype=np.int64))
+        mask = (ids != self.pad_id).long()
+        return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "n": len(self.examples)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if int(state["n"]) != len(self.examples) or int(state["seed"]) != self.seed:
+            raise CorpusError("checkpoint was made on different data (example count or seed differ)")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._order = self._permutation(self.epoch)

@@ -1,0 +1,317 @@
+"""Fast tests of ELECTRA/TMR pretraining on tiny models and a generated corpus (CPU, a few seconds each)."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("datasets")
+
+from integrations.electra import cli  # noqa: E402
+from integrations.electra.grad_norms import GhostNorms, logit_gradient_bound, loop_grad_norms  # noqa: E402
+from integrations.electra.models import (PRESETS, build_electra_pair, embeddings_are_shared,  # noqa: E402
+                                         with_overrides)
+from integrations.electra.pretrain import (VARIANTS, PretrainConfig, SpecialIds, choose_masked_positions,  # noqa: E402
+                                           corrupt_batch, discriminator_losses, gumbel_max_sample, make_optimizer,
+                                           mask_inputs, pretrain, read_metrics)
+
+SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4)
+VOCAB = 120
+
+
+def random_batch(batch: int = 6, length: int = 24, seed: int = 0, pad_rows: bool = True) -> dict:
+    """[CLS] tokens [SEP] [PAD]... rows with ids >= 5, some rows padded."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    for row in range(batch):
+        n = length - (3 * row if pad_rows else 0)
+        ids[row, 0], ids[row, n - 1] = SPECIAL.cls, SPECIAL.sep
+        ids[row, n:] = SPECIAL.pad
+        mask[row, n:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def tiny_pair(dropout: float = 0.0, seed: int = 0, **sizes):
+    preset = with_overrides(PRESETS["tiny"], **sizes)
+    return build_electra_pair(preset, VOCAB, SPECIAL.pad, dropout=dropout, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict:
+    """A generated English-like corpus file and a shared cache, so tokenizer/examples are built once."""
+    root = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    words = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "to", "house", "big", "small", "red", "blue",
+             "quickly", "slowly", "and", "but", "then", "saw", "bird", "tree", "under", "over", "green", "old"]
+    lines = [" ".join(rng.choice(words, size=rng.integers(5, 15))) + "." for _ in range(1500)]
+    path = root / "corpus.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return {"file": str(path), "cache": str(root / "cache"), "root": root}
+
+
+def tiny_config(corpus: dict, out, **overrides) -> PretrainConfig:
+    settings = dict(preset="tiny", corpus=corpus["file"], vocab_size=200, max_len=32, batch_size=8, steps=6,
+                    buffer_size=32, warmup_steps=2, output_dir=str(out), cache_dir=corpus["cache"], progress=False,
+                    export_hf=False)
+    settings.update(overrides)
+    return PretrainConfig(**settings)
+
+
+# ----------------------------------------------------------------------------- masking and sampling
+def test_masking_rate_positions_and_mask_token_split():
+    torch.manual_seed(0)
+    raw = random_batch(batch=64, length=64, pad_rows=False)
+    raw["input_ids"][:, 40:] = SPECIAL.pad
+    raw["attention_mask"][:, 40:] = 0
+    raw["input_ids"][:, 39] = SPECIAL.sep
+    eligible = 38  # positions 1..38
+    mask_token, kept, total = 0, 0, 0
+    for _ in range(20):
+        generator_input, masked = mask_inputs(raw["input_ids"], raw["attention_mask"], SPECIAL, 0.15, 0.85)
+        assert (masked.sum(1) == round(0.15 * eligible)).all()  # exact 15% (rounded) of eligible tokens per row
+        assert not masked[:, 0].any() and not masked[:, 39:].any()  # never [CLS], [SEP] or padding
+        assert torch.equal(generator_input[~masked], raw["input_ids"][~masked])  # unmasked positions untouched
+        at_masked = generator_input[masked]
+        is_mask = at_masked == SPECIAL.mask
+        assert torch.equal(at_masked[~is_mask], raw["input_ids"][masked][~is_mask])  # the rest keep the token
+        mask_token += int(is_mask.sum())
+        kept += int((~is_mask).sum())
+        total += int(masked.sum())
+    assert abs(mask_token / total - 0.85) < 0.02
+    counts = torch.zeros(64)
+    for _ in range(200):  # positions are chosen uniformly among eligible ones
+        counts += choose_masked_positions(raw["input_ids"], raw["attention_mask"], SPECIAL, 0.15).float().sum(0)
+    per_position = counts[1:39] / (200 * 64)
+    assert per_position.min() > 0.12 and per_position.max() < 0.18
+
+
+def test_gumbel_max_follows_the_softmax_distribution():
+    torch.manual_seed(0)
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5, -3.0])
+    n = 200_000
+    samples = gumbel_max_sample(logits.expand(n, -1))
+    observed = torch.bincount(samples, minlength=6).double() / n
+    expected = torch.softmax(logits.double(), 0)
+    chi2 = float((n * (observed - expected) ** 2 / expected).sum())
+    assert chi2 < 20.5  # 5 d.o.f., p ≈ 0.001
+    extreme = torch.tensor([[1e4, -1e4, 0.0]], dtype=torch.float16).expand(1000, -1)
+    assert (gumbel_max_sample(extreme) == 0).all()  # float16 input, no NaN, no gradient
+    assert not gumbel_max_sample(logits.requires_grad_()).requires_grad
+
+
+# ----------------------------------------------------------------------------- models
+def test_embedding_table_is_one_tensor_across_generator_and_discriminator():
+    pair = tiny_pair()
+    assert embeddings_are_shared(pair)
+    table = pair.discriminator.electra.embeddings.word_embeddings.weight
+    assert pair.generator.generator_lm_head.weight.data_ptr() == table.data_ptr()
+    assert sum(1 for p in pair.parameters() if p is table) == 1  # listed once, optimised once
+    optimizer = make_optimizer(pair, 1e-3, 0.01)
+    examples, aux = corrupt_batch(pair.generator, random_batch(), SPECIAL)
+    (aux["generator_loss"] + 50 * discriminator_losses(pair.discriminator, examples).loss).backward()
+    optimizer.step()
+    assert embeddings_are_shared(pair)
+    assert pair.generator.generator_predictions.dense.out_features == PRESETS["tiny"].embedding
+    assert pair.generator.config.hidden_size == PRESETS["tiny"].hidden // 4
+
+
+# ----------------------------------------------------------------------------- labels and losses
+def test_labels_mark_replaced_tokens_and_sampled_originals_count_as_original():
+    pair = tiny_pair()
+    raw = random_batch()
+    raw["input_ids"][raw["attention_mask"].bool() & (raw["input_ids"] > 4)] = 7  # every real token is id 7
+    with torch.no_grad():
+        pair.generator.generator_lm_head.bias.fill_(-1e4)
+        pair.generator.generator_lm_head.bias[7] = 1e4  # the generator always samples the original token
+    examples, _ = corrupt_batch(pair.generator, raw, SPECIAL)
+    assert examples["masked"].any()
+    d = discriminator_losses(pair.discriminator, examples)
+    assert d.labels.sum() == 0  # masked but sampled equal to the original: "original"
+    # Hand-made data: replaced exactly where input differs from the original.
+    data = {"input_ids": raw["input_ids"].clone(), "original_ids": raw["input_ids"].clone(),
+            "attention_mask": raw["attention_mask"]}
+    data["input_ids"][0, 3] = 9
+    data["input_ids"][1, 5] = 11
+    labels = discriminator_losses(pair.discriminator, data).labels
+    assert labels.sum() == 2 and labels[0, 3] == 1 and labels[1, 5] == 1
+
+
+def test_per_example_losses_match_the_scalar_loss_and_hf_loss():
+    pair = tiny_pair()
+    pair.eval()
+    examples, _ = corrupt_batch(pair.generator, random_batch(), SPECIAL)
+    d = discriminator_losses(pair.discriminator, examples)
+    tokens = examples["attention_mask"].sum(1).float()
+    assert torch.allclose((d.per_example * tokens).sum() / tokens.sum(), d.loss, atol=1e-6)
+    hf = pair.discriminator(input_ids=examples["input_ids"], attention_mask=examples["attention_mask"],
+                            labels=d.labels.long()).loss
+    assert torch.allclose(hf, d.loss, atol=1e-6)  # HF's own loss: token mean over non-padding positions
+    for row in range(len(tokens)):  # each example alone, padding trimmed
+        n = int(tokens[row])
+        single = {k: v[row:row + 1, :n] for k, v in examples.items()}
+        alone = discriminator_losses(pair.discriminator, single).per_example[0]
+        assert torch.allclose(alone, d.per_example[row], atol=1e-5)
+
+
+def test_joint_loss_decreases_on_a_fixed_batch():
+    torch.manual_seed(0)
+    pair = tiny_pair(dropout=0.0)
+    optimizer = make_optimizer(pair, 2e-3, 0.01)
+    raw = random_batch(batch=8, length=24, pad_rows=False)
+    losses = []
+    for _ in range(40):
+        examples, aux = corrupt_batch(pair.generator, raw, SPECIAL)
+        d = discriminator_losses(pair.discriminator, examples)
+        loss = aux["generator_loss"] + 50 * d.loss
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(pair.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+    assert np.mean(losses[-5:]) < 0.75 * np.mean(losses[:5])
+
+
+# ----------------------------------------------------------------------------- gradient norms
+@pytest.mark.parametrize("weighted", [False, True])
+def test_ghost_norms_equal_a_loop_of_batch1_backward_passes(weighted):
+    torch.manual_seed(0)
+    pair = tiny_pair(dropout=0.0, embedding=32)  # embedding != hidden: covers the embeddings_project Linear
+    assert hasattr(pair.discriminator.electra, "embeddings_project")
+    raw = random_batch(batch=6, length=20)
+    raw["input_ids"][1, 4] = raw["input_ids"][1, 8] = raw["input_ids"][1, 9]  # repeated ids share embedding rows
+    examples, aux = corrupt_batch(pair.generator, raw, SPECIAL)  # generator uses the shared embeddings first
+    weights = torch.linspace(0.5, 1.5, 6) if weighted else None
+    ghost = GhostNorms(pair.discriminator)
+    with ghost.record():
+        d = discriminator_losses(pair.discriminator, examples, weights)
+    (aux["generator_loss"] + 50 * d.loss).backward()  # L_G's share of the embedding grad must not count
+    ghost_norms = ghost.norms(50 * d.coefficients.double())
+    reference = loop_grad_norms(pair.discriminator, lambda m, b: discriminator_losses(m, b).per_example,
+                                {k: v.detach() for k, v in examples.items()})
+    ghost.remove()
+    assert torch.allclose(ghost_norms, reference, rtol=1e-4)
+
+
+def test_logit_bound_matches_its_definition_and_the_core_helper():
+    from replayloader.strategies import grad_bound_sigmoid
+
+    torch.manual_seed(0)
+    logits = torch.randn(4, 10, requires_grad=True)
+    labels = (torch.rand(4, 10) < 0.3).float()
+    mask = torch.ones(4, 10)
+    mask[2, 6:] = 0
+    bound = logit_gradient_bound(logits, labels, mask)
+    for i in range(4):
+        per_token = torch.nn.functional.binary_cross_entropy_with_logits(logits[i], labels[i], reduction="none")
+        loss = (per_token * mask[i]).sum() / mask[i].sum()
+        (grad,) = torch.autograd.grad(loss, logits)
+        assert math.isclose(float(grad.norm()), float(bound[i]), rel_tol=1e-5)
+    assert np.allclose(grad_bound_sigmoid(logits.detach(), labels, mask), bound.numpy(), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- the training loop
+def test_every_variant_runs_a_few_steps(corpus, tmp_path):
+    for variant in VARIANTS:
+        result = pretrain(tiny_config(corpus, tmp_path / variant, variant=variant, steps=5))
+        records = read_metrics(result.metrics_path)
+        assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
+        assert all(math.isfinite(r["loss"]) for r in records)
+        if variant == "electra":
+            assert all(r["fresh_fraction"] == 1.0 for r in records)  # D sees exactly the produced batch
+        else:
+            assert records[-1]["fresh_fraction"] < 1.0  # replayed examples appear once the buffer fills
+        if variant == "tmr-grad_norm":
+            assert records[-1]["example_grad_norm_mean"] > 0
+        assert (tmp_path / variant / "losses.png").stat().st_size > 0
+
+
+def test_checkpoint_resume_reproduces_the_uninterrupted_run_exactly(corpus, tmp_path):
+    full = pretrain(tiny_config(corpus, tmp_path / "full", steps=8, checkpoint_every=4, keep_checkpoints=5,
+                                dropout=0.1, variant="tmr-loss_diff"))
+    assert (tmp_path / "full" / "checkpoints" / "step-00000004" / "tensors.safetensors").is_file()
+    shutil.copytree(tmp_path / "full", tmp_path / "resumed")
+    resumed = pretrain(PretrainConfig(resume=str(tmp_path / "resumed" / "checkpoints" / "step-00000004"),
+                                      output_dir=str(tmp_path / "resumed"), progress=False))
+    assert resumed.losses == full.losses  # steps 1-4 kept from the log, 5-8 recomputed after the resume
+    first = read_metrics(tmp_path / "full" / "metrics.jsonl")
+    again = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
+    for key in ("generator_loss", "discriminator_loss", "sample_age_mean", "buffer_weight_mean"):
+        assert [r[key] for r in first] == [r[key] for r in again], key
+
+
+def test_hf_export_loads_with_auto_classes(corpus, tmp_path):
+    from transformers import AutoModel, AutoTokenizer
+
+    result = pretrain(tiny_config(corpus, tmp_path / "run", steps=2, export_hf=True))
+    model = AutoModel.from_pretrained(result.discriminator_dir)
+    tokenizer = AutoTokenizer.from_pretrained(result.discriminator_dir)
+    assert tokenizer.is_fast and tokenizer.mask_token == "[MASK]"
+    encoded = tokenizer("the cat sat on the mat", return_tensors="pt")
+    assert model(**encoded).last_hidden_state.shape[-1] == PRESETS["tiny"].hidden
+
+
+# ----------------------------------------------------------------------------- command line
+@pytest.mark.parametrize("argv, fragment", [
+    (["pretrain", "--variant", "tmr-nope"], "unknown variant"),
+    (["pretrain", "--preset", "huge"], "unknown preset"),
+    (["pretrain", "--corpus", "/no/such/file.txt"], "not found"),
+    (["pretrain", "--steps", "0"], "--steps"),
+    (["pretrain", "--resume", "/no/such/run"], "no checkpoint"),
+    (["--steps", "many"], "invalid int"),
+    (["pretrain", "--buffer-size", "4"], "--buffer-size"),
+])
+def test_cli_errors_are_one_line(argv, fragment, tmp_path, capsys):
+    try:
+        status = cli.main([*argv, "--output-dir", str(tmp_path / "out")])
+    except SystemExit as exit_:  # argparse errors
+        status = exit_.code
+    err = capsys.readouterr().err.strip()
+    assert status == 2
+    assert fragment in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+
+
+def test_cli_empty_corpus_is_one_line(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n  \n")
+    status = cli.main(["pretrain", "--corpus", str(empty), "--output-dir", str(tmp_path / "out"), "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and "empty" in err and len(err.splitlines()) == 1, err
+
+
+def test_cli_pretrain_runs_and_writes_summary(corpus, tmp_path, capsys):
+    status = cli.main(["pretrain", "--variant", "tmr-grad_bound", "--corpus", corpus["file"], "--vocab-size", "200",
+                       "--max-len", "32", "--batch-size", "8", "--steps", "3", "--buffer-size", "16",
+                       "--output-dir", str(tmp_path / "run"), "--cache-dir", corpus["cache"], "--no-progress"])
+    assert status == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["variant"] == "tmr-grad_bound" and summary["steps"] == 3
+
+
+def _compare_args(corpus: dict, out) -> list[str]:
+    return ["compare", "--corpus", corpus["file"], "--vocab-size", "200", "--max-len", "32", "--batch-size", "8",
+            "--steps", "3", "--buffer-size", "16", "--output-dir", str(out), "--cache-dir", corpus["cache"],
+            "--no-progress"]
+
+
+def test_cli_compare_without_glue_says_fine_tuning_was_skipped(corpus, tmp_path, capsys):
+    status = cli.main([*_compare_args(corpus, tmp_path / "cmp"), "--glue-dir", str(tmp_path / "no-glue")])
+    assert status == 0
+    summary = (tmp_path / "cmp" / "summary.md").read_text()
+    assert "| electra | tmr-loss_diff |" in summary and "fine-tuning skipped" in summary
+    assert (tmp_path / "cmp" / "compare.png").is_file()
+
+
+@pytest.mark.skipif(not cli.DEFAULT_GLUE_DIR.is_dir(), reason="../shared/data/glue is not available")
+def test_cli_compare_fine_tunes_both_discriminators(corpus, tmp_path):
+    pytest.importorskip("integrations.electra.finetune.api")
+    status = cli.main([*_compare_args(corpus, tmp_path / "cmp"), "--finetune-train-examples", "32",
+                       "--finetune-eval-examples", "32"])
+    assert status == 0
+    summary = (tmp_path / "cmp" / "summary.md").read_text()
+    assert "Fine-tuning (sst2, dev)" in summary and "| tmr-loss_diff | 1 |" in summary
