@@ -27,13 +27,7 @@ NEGATIVE = "bad awful poor sad".split()
 FILLER = "the movie film plot actor scene story was is a very quite and with of".split()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run much faster on one thread, above all on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def write_tsv(path: Path, header: list[str] | None, rows: list[list[str]], bom: bool = False) -> None:

@@ -33,13 +33,7 @@ NAMES = "Alice Bruno Chloe Dmitri Elena Farid Greta Hiro Ines Jonas Kira Luca Ma
 GREEK = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run much faster on one thread, above all on a busy 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def synthetic_squad(num_questions: int, seed: int) -> dict:
