@@ -27,12 +27,14 @@ STATE_VERSION = 1
 
 @dataclass
 class Sample:
-    """A sampled mini-batch. ``weights`` are importance weights (P_min / P_i)^beta, or None without beta."""
+    """A sampled mini-batch. ``weights`` are importance weights (P_min / P_i)^beta, or None without beta;
+    ``ages`` count the adds since each example was added (0: it came with the latest add)."""
 
     data: dict[str, Any]
     ids: np.ndarray
     probabilities: np.ndarray
     weights: np.ndarray | None
+    ages: np.ndarray | None = None
 
 
 # Per-slot bookkeeping lives in one int64 row per slot, so touching a slot costs one cache line.
@@ -50,16 +52,16 @@ def _claim_slots(meta, slots, first_serial, add_call):
 
 
 @njit(cache=True, nogil=True)
-def _ids_and_age(meta, slots, capacity, last_add_call):
-    """Ids of sampled slots and the summed age (in add calls) of the examples they hold."""
+def _ids_and_ages(meta, slots, capacity, last_add_call):
+    """Ids of sampled slots and the age (in add calls) of the examples they hold."""
     k = slots.shape[0]
     ids = np.empty(k, np.int64)
-    age = 0
+    ages = np.empty(k, np.int64)
     for j in range(k):
         s = slots[j]
         ids[j] = meta[s, 0] * capacity + s
-        age += last_add_call - meta[s, 1]
-    return ids, age
+        ages[j] = last_add_call - meta[s, 1]
+    return ids, ages
 
 
 @njit(cache=True, nogil=True)
@@ -283,12 +285,12 @@ class ReplayBuffer:
             if self.strategy.no_replay:
                 p_min = probabilities.min()
             weights = (p_min / probabilities) ** self.beta
-        ids, age = _ids_and_age(self.meta, slots, self.capacity, self.counters["add_calls"] - 1)
+        ids, ages = _ids_and_ages(self.meta, slots, self.capacity, self.counters["add_calls"] - 1)
         counters = self.counters
         counters["sample_calls"] += 1
         counters["sampled"] += k
-        counters["sampled_age_sum"] += age
-        return Sample(self.storage.gather(slots), ids, probabilities, weights)
+        counters["sampled_age_sum"] += int(ages.sum())
+        return Sample(self.storage.gather(slots), ids, probabilities, weights, ages)
 
     # ------------------------------------------------------------------ update
     def update(self, ids: Any, **feedback: Any) -> int:
@@ -402,7 +404,7 @@ def _warm_up() -> None:
     meta = np.zeros((1, 4), np.int64)
     one = np.zeros(1, np.int64)
     _claim_slots(meta, one, 0, 0)
-    _ids_and_age(meta, one, 1, 0)
+    _ids_and_ages(meta, one, 1, 0)
     _resolve_ids(one, 1, meta, 1, 1, True)
     _first_invalid(np.zeros(1))
 

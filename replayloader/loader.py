@@ -112,7 +112,7 @@ class ReplayDataLoader:
                 self._credit -= 1.0
                 sample = self.buffer.sample(self.batch_size)
                 fresh = np.isin(sample.ids % self.buffer.capacity, fresh_slots)
-                yield ReplayBatch(sample.data, sample.ids, sample.probabilities, sample.weights,
+                yield ReplayBatch(sample.data, sample.ids, sample.probabilities, sample.weights, sample.ages,
                                   aux=aux, fresh=fresh, step=self.step)
         self.step = 0
         self.consumed = 0

@@ -622,6 +622,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
                 scaler.update()
             else:
                 optimizer.step()
+            lr = scheduler.get_last_lr()[0]  # the rate this step used (read before the scheduler advances)
             scheduler.step()
 
             # ---- per-example signals back to the buffer
@@ -644,11 +645,10 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
 
             # ---- metrics
             step_seconds = time.perf_counter() - step_started
-            # ids are serial * capacity + slot, and every step adds one batch: serial // K is the adding step
-            ages = (step - 1) - (batch.ids // buffer.capacity) // cfg.batch_size
+            ages = batch.ages  # adds since each example was added; one add per step, so steps
             stats = buffer.stats()
             record = {
-                "step": step, "lr": scheduler.get_last_lr()[0], "loss": loss.item(),
+                "step": step, "lr": lr, "loss": loss.item(),
                 "generator_loss": generator_loss.item(), "discriminator_loss": d.loss.item(),
                 "generator_accuracy": batch.aux["generator_accuracy"],
                 "changed_fraction_produced": batch.aux["changed_fraction"],

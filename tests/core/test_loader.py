@@ -77,3 +77,11 @@ def test_torch_dataloader_as_source():
         loader.feedback(batch, loss=batch.data["input_ids"].float().mean(1) / 64)
         seen += 1
     assert seen == len(source) == 4
+
+
+def test_batches_report_sample_ages_in_adds():
+    loader = ReplayDataLoader(counter_producer(), ReplayBuffer(64, seed=0), batch_size=4, steps=6)
+    for batch in loader:
+        # example x was produced by add number x // 4 (4 per produce), so its age is step - 1 - x // 4
+        np.testing.assert_array_equal(batch.ages, batch.step - 1 - batch.data["x"] // 4)
+        assert (batch.ages == 0).tolist() == batch.fresh.tolist()
