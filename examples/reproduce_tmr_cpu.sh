@@ -15,8 +15,8 @@ STEPS=${STEPS:-2500}
 OUT=${OUT:-runs/tmr_cpu}
 FT_TRAIN=${FT_TRAIN:-2000}        # GLUE train subset size (subset seed 0); dev sets are used in full
 FT_LR=${FT_LR:-1e-3}              # = integrations/electra/cli.py TINY_FINETUNE_LR["tiny"], same for every checkpoint
-GLUE_DIR=${GLUE_DIR:-/work/shared/data/glue}
-DATA=${DATA:-/work/shared/data/wikipedia-squad}
+GLUE_DIR=${GLUE_DIR:-../shared/data/glue}
+DATA=${DATA:-../shared/data/wikipedia-squad}
 CORPUS="$DATA/squad-train-articles.part1of2.txt.gz,$DATA/squad-train-articles.part2of2.txt.gz"   # never squad-dev-articles
 PY=${PY:-python}
 
