@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 # torch already uses the cores; a second, multi-threaded BLAS pool (numpy's OpenBLAS, used by the LSR/LinUCB
-# strategies) oversubscribes them and was measured 60x slower on 2 cores. Set before numpy is imported.
+# strategies) oversubscribes them and slows those strategies many times over. Set before numpy is imported.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing

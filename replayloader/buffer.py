@@ -214,8 +214,7 @@ class ReplayBuffer:
                 raise ValueError(f"features have {features.shape[1]} columns, earlier adds had "
                                  f"{self.features.shape[1]}")
         weights = np.ascontiguousarray(init.initial_weights(self, n, features), np.float64)
-        bad = _first_invalid(weights)
-        if weights.shape != (n,) or bad >= 0:
+        if weights.shape != (n,) or _first_invalid(weights) >= 0:
             raise ValueError(f"initializer {init.name!r} gave invalid initial weights {weights!r}")
         # Everything is validated: from here on the buffer changes.
         n_free = min(n, self.capacity - self.size)
@@ -281,9 +280,8 @@ class ReplayBuffer:
                 probabilities = np.full(k, 1.0 / self.size)
         weights = None
         if self.beta is not None:
-            p_min = self.tree.min_priority() / self.tree.total if self.tree.total > 0 else probabilities.min()
-            if self.strategy.no_replay:
-                p_min = probabilities.min()
+            uniform = self.strategy.no_replay or not self.tree.total > 0  # probabilities did not come from the tree
+            p_min = probabilities.min() if uniform else self.tree.min_priority() / self.tree.total
             weights = (p_min / probabilities) ** self.beta
         ids, ages = _ids_and_ages(self.meta, slots, self.capacity, self.counters["add_calls"] - 1)
         counters = self.counters

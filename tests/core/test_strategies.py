@@ -142,3 +142,14 @@ def test_by_name_covers_the_paper_variants():
         by_name("grad-norm")
     with pytest.raises(TypeError, match="init must be"):
         Strategy(init=LossDifference())
+
+
+def test_initializer_with_wrong_output_shape_is_rejected_clearly():
+    class Broken(MeanWeight):
+        def initial_weights(self, view, n, features):
+            return np.ones((n, 2))
+
+    buf = ReplayBuffer(4, strategy=Strategy(Broken(), SetWeight(), EvictLowest()))
+    with pytest.raises(ValueError, match="invalid initial weights"):
+        buf.add(tokens(2))
+    assert len(buf) == 0
