@@ -10,19 +10,21 @@ the example that replaced it.
 """
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from .buffer_kernels import (ADDED_AT, BAD_ID, EVICT_FIFO, EVICT_GIVEN, EVICT_LOWEST, MARK, SERIAL, UPDATE_LOSS_DIFF_ABS,
+                             UPDATE_LOSS_DIFF_DECREASE, UPDATE_VALUE, VISITS, apply_feedback, choose_slots,
+                             commit_add, draw_sample, first_invalid, resolve_ids, write_weights)
+from .rng import seed_state, uniforms
 from .storage import Storage, to_numpy
-from .strategies import KNOWN_FEEDBACK, Strategy
+from .strategies import KNOWN_FEEDBACK, EvictLowest, Eviction, FIFO, Initializer, LossDifference, Strategy, WeightUpdate
 from .sumtree import SumTree
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 @dataclass
@@ -37,84 +39,42 @@ class Sample:
     ages: np.ndarray | None = None
 
 
-# Per-slot bookkeeping lives in one int64 row per slot, so touching a slot costs one cache line.
-SERIAL, ADDED_AT, VISITS, MARK = 0, 1, 2, 3
-
-
-@njit(cache=True, nogil=True)
-def _claim_slots(meta, slots, first_serial, add_call):
-    """Record newly written examples: serial numbers, the add call that wrote them, zero visits."""
-    for j in range(slots.shape[0]):
-        s = slots[j]
-        meta[s, 0] = first_serial + j
-        meta[s, 1] = add_call
-        meta[s, 2] = 0
-
-
-@njit(cache=True, nogil=True)
-def _ids_and_ages(meta, slots, capacity, last_add_call):
-    """Ids of sampled slots and the age (in add calls) of the examples they hold."""
-    k = slots.shape[0]
-    ids = np.empty(k, np.int64)
-    ages = np.empty(k, np.int64)
-    for j in range(k):
-        s = slots[j]
-        ids[j] = meta[s, 0] * capacity + s
-        ages[j] = last_add_call - meta[s, 1]
-    return ids, ages
-
-
-@njit(cache=True, nogil=True)
-def _resolve_ids(ids, capacity, meta, next_serial, epoch, count_visits):
-    """Decode ids to slots, drop stale ones, keep the last occurrence of duplicates, count visits.
-
-    Returns (slots, positions in `ids`, stale count, first visits, index of the first never-issued id or -1).
-    Nothing is written unless every id was issued.
-    """
-    k = ids.shape[0]
-    for j in range(k):
-        if ids[j] < 0 or ids[j] // capacity >= next_serial:
-            return np.empty(0, np.int64), np.empty(0, np.int64), 0, 0, j
-    slots = np.empty(k, np.int64)
-    pos = np.empty(k, np.int64)
-    n = 0
-    stale = 0
-    first = 0
-    for j in range(k - 1, -1, -1):  # backwards, so the first occurrence met is the last write
-        slot = ids[j] % capacity
-        if meta[slot, 0] != ids[j] // capacity:
-            stale += 1
-        elif meta[slot, 3] != epoch:
-            meta[slot, 3] = epoch
-            if count_visits:
-                meta[slot, 2] += 1
-                if meta[slot, 2] == 1:
-                    first += 1
-            slots[n] = slot
-            pos[n] = j
-            n += 1
-    return slots[:n][::-1].copy(), pos[:n][::-1].copy(), stale, first, -1
-
-
-@njit(cache=True, nogil=True)
-def _first_invalid(values):
-    """Index of the first NaN, inf or negative value, or -1."""
-    for j in range(values.shape[0]):
-        v = values[j]
-        if not (v >= 0.0 and v < np.inf):
-            return j
-    return -1
-
-
 def _check_feedback_array(name: str, value: Any, k: int) -> np.ndarray:
     arr = to_numpy(value, name)
     if arr.shape != (k,):
         raise ValueError(f"{name} must have shape ({k},) to match ids, got {arr.shape}")
     arr = np.ascontiguousarray(arr, np.float64)
-    bad = _first_invalid(arr)
+    bad = first_invalid(arr)
     if bad >= 0:
         raise ValueError(f"{name} must be finite and >= 0; {name}[{bad}] = {float(arr[bad])}")
     return arr
+
+
+def _kernel_rule(update: WeightUpdate) -> int | None:
+    """The built-in kernel rule that implements `update`, or None when only its Python `compute` can."""
+    compute = type(update).compute
+    if compute is WeightUpdate.compute:
+        return UPDATE_VALUE
+    if compute is LossDifference.compute:
+        return UPDATE_LOSS_DIFF_ABS if update.mode == "abs" else UPDATE_LOSS_DIFF_DECREASE
+    return None
+
+
+def _kernel_eviction(evict: Eviction) -> int:
+    choose = type(evict).choose
+    if choose is EvictLowest.choose:
+        return EVICT_LOWEST
+    if choose is FIFO.choose:
+        return EVICT_FIFO
+    return EVICT_GIVEN
+
+
+def _overrides(obj: Any, base: type, method: str) -> bool:
+    return getattr(type(obj), method) is not getattr(base, method)
+
+
+_NO_LOSSES = np.empty(0, np.float64)
+_NO_VICTIMS = np.empty(0, np.int64)
 
 
 class ReplayBuffer:
@@ -162,7 +122,7 @@ class ReplayBuffer:
         if self.storage.capacity != self.capacity:
             raise ValueError(f"storage capacity {self.storage.capacity} != buffer capacity {self.capacity}")
         self.seed = seed
-        self.rng = np.random.Generator(np.random.PCG64(seed))
+        self.rng_state = seed_state(seed)
         self.size = 0
         self.weights = np.zeros(self.capacity)
         self.meta = np.zeros((self.capacity, 4), np.int64)
@@ -175,6 +135,21 @@ class ReplayBuffer:
         self.counters = {"add_calls": 0, "added": 0, "evicted": 0, "sample_calls": 0, "sampled": 0,
                          "updated": 0, "stale_feedback": 0, "first_visits": 0, "sampled_age_sum": 0}
         self.strategy.update.bind(self.capacity)
+        self._plan_kernels()
+
+    def _plan_kernels(self) -> None:
+        """Decide once which strategy parts the kernels run and which Python hooks still need calling."""
+        init, update, evict = self.strategy.init, self.strategy.update, self.strategy.evict
+        self._evict_mode = _kernel_eviction(evict)
+        self._rule = _kernel_rule(update)
+        loss_diff = self._rule in (UPDATE_LOSS_DIFF_ABS, UPDATE_LOSS_DIFF_DECREASE)
+        self._last_loss = update.last_loss if loss_diff else _NO_LOSSES
+        self._call_on_add = not loss_diff and _overrides(update, WeightUpdate, "on_add")
+        self._constant_init = not _overrides(init, Initializer, "initial_weights")
+        self._call_observe = _overrides(init, Initializer, "observe")
+        self._call_refresh = _overrides(init, Initializer, "refresh")
+        self._beta_arg = -1.0 if self.beta is None else self.beta
+        self._stratified = self.sampling == "stratified"
 
     # ------------------------------------------------------------------ views used by strategies
     def __len__(self) -> int:
@@ -194,7 +169,8 @@ class ReplayBuffer:
         """Exact mean raw weight of the stored examples (the tree keeps their sum), 0 when empty."""
         if not self.size:
             return 0.0
-        return (self.tree.raw_total() if self.alpha != 1.0 else self.tree.total) / self.size
+        tree = self.tree
+        return float(tree.raw[1] if self.alpha != 1.0 else tree.sums[1]) / self.size
 
     # ------------------------------------------------------------------ add
     def add(self, batch: Mapping[str, Any]) -> np.ndarray:
@@ -204,7 +180,8 @@ class ReplayBuffer:
             raise ValueError("batch must hold at least one example, got 0")
         if n > self.capacity:
             raise ValueError(f"batch of {n} examples does not fit a buffer of capacity {self.capacity}")
-        init = self.strategy.init
+        strategy = self.strategy
+        init = strategy.init
         features = None
         if init.feature_based:
             features = np.asarray(init.featurize(batch), np.float64)
@@ -213,81 +190,82 @@ class ReplayBuffer:
             if self.features is not None and features.shape[1] != self.features.shape[1]:
                 raise ValueError(f"features have {features.shape[1]} columns, earlier adds had "
                                  f"{self.features.shape[1]}")
-        weights = np.ascontiguousarray(init.initial_weights(self, n, features), np.float64)
-        if weights.shape != (n,) or _first_invalid(weights) >= 0:
-            raise ValueError(f"initializer {init.name!r} gave invalid initial weights {weights!r}")
+        weight = init.constant_weight(self) if self._constant_init else None
+        if weight is not None:
+            if not 0.0 <= weight < np.inf:
+                raise ValueError(f"initializer {init.name!r} gave an invalid initial weight {weight!r}")
+            weights = _NO_LOSSES  # the kernel writes `weight` to every new example
+        else:
+            weight = 0.0
+            weights = np.ascontiguousarray(init.initial_weights(self, n, features), np.float64)
+            if weights.shape != (n,) or first_invalid(weights) >= 0:
+                raise ValueError(f"initializer {init.name!r} gave invalid initial weights {weights!r}")
         # Everything is validated: from here on the buffer changes.
-        n_free = min(n, self.capacity - self.size)
-        slots = np.arange(self.size, self.size + n_free, dtype=np.int64)
-        if n_free < n:
-            victims = self.strategy.evict.choose(self.tree, n - n_free)
-            self.counters["evicted"] += len(victims)
-            slots = np.concatenate([slots, victims])
-        self.storage.write(slots, batch)
+        tree, evict, mode = self.tree, strategy.evict, self._evict_mode
+        victims = _NO_VICTIMS
+        if mode == EVICT_GIVEN and n > self.capacity - self.size:
+            victims = np.ascontiguousarray(evict.choose(tree, n - (self.capacity - self.size)), np.int64)
+        fifo_next = evict.next_slot if mode == EVICT_FIFO else 0
+        slots, evicted, run_start = choose_slots(tree.keys, tree.n_leaves, self.size, self.capacity, n, mode,
+                                                 fifo_next, victims)
+        self.storage.write(slots, batch, run_start)
+        if evicted and mode == EVICT_FIFO:
+            evict.advance(evicted, self.capacity)
         if features is not None:
             if self.features is None:
                 self.features = np.zeros((self.capacity, features.shape[1]))
             self.features[slots] = features
-        first_serial = self.next_serial
-        _claim_slots(self.meta, slots, first_serial, self.counters["add_calls"])
+        counters = self.counters
+        ids = commit_add(tree.sums, tree.raw, tree.minp, tree.keys, tree.n_leaves, self.meta, self.weights,
+                         self._last_loss, slots, weights, weight, self.alpha, self.next_serial,
+                         counters["add_calls"])
+        if self._call_on_add:
+            strategy.update.on_add(slots)
         self.next_serial += n
-        self.size += n_free
-        self.strategy.update.on_add(slots)
-        self._set_weights(slots, weights)
+        self.size += n - evicted
         self.last_add_slots = slots
-        self.counters["add_calls"] += 1
-        self.counters["added"] += n
-        return (np.arange(first_serial, first_serial + n, dtype=np.int64)) * self.capacity + slots
-
-    def _priorities(self, weights: np.ndarray) -> np.ndarray:
-        if self.alpha == 1.0:
-            return weights
-        if self.alpha == 0.0:
-            return (weights > 0).astype(np.float64)
-        return np.where(weights > 0, weights ** self.alpha, 0.0)
+        counters["add_calls"] += 1
+        counters["added"] += n
+        counters["evicted"] += evicted
+        return ids
 
     def _set_weights(self, slots: np.ndarray, weights: np.ndarray) -> None:
         """Record raw weights; the tree gets priorities (w^alpha), eviction keys and raw sums (w)."""
-        self.weights[slots] = weights
-        dtype = self.tree.dtype
-        raw = weights if weights.dtype == dtype else weights.astype(dtype)
-        priorities = self._priorities(weights)
-        priorities = priorities if priorities.dtype == dtype else priorities.astype(dtype)
-        self.tree.set_unchecked(np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(priorities),
-                                np.ascontiguousarray(raw), np.ascontiguousarray(raw))
+        tree = self.tree
+        write_weights(tree.sums, tree.raw, tree.minp, tree.keys, tree.n_leaves, self.weights,
+                      np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(weights, np.float64), self.alpha)
 
     # ------------------------------------------------------------------ sample
     def sample(self, k: int) -> Sample:
         """Draw k examples (with replacement) by weight; see the class docstring for the all-zero case."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        if type(k) is not int and (isinstance(k, bool) or not isinstance(k, (int, np.integer))):
+            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        if k < 1:
             raise ValueError(f"k must be an integer >= 1, got {k!r}")
         if self.size == 0:
             raise ValueError("cannot sample from an empty buffer; add examples first")
+        counters = self.counters
+        last_add = counters["add_calls"] - 1
         if self.strategy.no_replay:
             if k > len(self.last_add_slots):
                 raise ValueError(f"no-replay mode returns the latest add ({len(self.last_add_slots)} examples); "
                                  f"k={k} is larger")
             slots = self.last_add_slots[:k]
             probabilities = np.full(k, 1.0 / k)
+            weights = None if self.beta is None else np.ones(k)
+            ids = self.meta[slots, SERIAL] * self.capacity + slots
+            ages = last_add - self.meta[slots, ADDED_AT]
+            age_sum = int(ages.sum())
         else:
-            total = self.tree.total
-            uniforms = self.rng.random(k)
-            if total > 0:
-                slots = self.tree.sample(uniforms, self.sampling == "stratified")
-                probabilities = self.tree.get(slots).astype(np.float64) / total
-            else:
-                slots = np.minimum((uniforms * self.size).astype(np.int64), self.size - 1)
-                probabilities = np.full(k, 1.0 / self.size)
-        weights = None
-        if self.beta is not None:
-            uniform = self.strategy.no_replay or not self.tree.total > 0  # probabilities did not come from the tree
-            p_min = probabilities.min() if uniform else self.tree.min_priority() / self.tree.total
-            weights = (p_min / probabilities) ** self.beta
-        ids, ages = _ids_and_ages(self.meta, slots, self.capacity, self.counters["add_calls"] - 1)
-        counters = self.counters
+            tree = self.tree
+            slots, ids, probabilities, weights, ages, age_sum = draw_sample(
+                tree.sums, tree.minp, tree.n_leaves, self.meta, self.rng_state, int(k), self._stratified, self.size,
+                self._beta_arg, last_add)
+            if self.beta is None:
+                weights = None
         counters["sample_calls"] += 1
         counters["sampled"] += k
-        counters["sampled_age_sum"] += int(ages.sum())
+        counters["sampled_age_sum"] += age_sum
         return Sample(self.storage.gather(slots), ids, probabilities, weights, ages)
 
     # ------------------------------------------------------------------ update
@@ -296,10 +274,39 @@ class ReplayBuffer:
 
         Stale ids are skipped and counted; a duplicated id counts once, with its last value.
         """
-        ids = to_numpy(ids, "ids")
-        if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
-            raise ValueError(f"ids must be a non-empty 1-D integer array, got dtype {ids.dtype} shape {ids.shape}")
-        ids = np.ascontiguousarray(ids, np.int64)
+        if not (type(ids) is np.ndarray and ids.dtype == np.int64 and ids.ndim == 1 and ids.size
+                and ids.flags.c_contiguous):
+            ids = to_numpy(ids, "ids")
+            if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
+                raise ValueError(f"ids must be a non-empty 1-D integer array, got dtype {ids.dtype} "
+                                 f"shape {ids.shape}")
+            ids = np.ascontiguousarray(ids, np.int64)
+        update = self.strategy.update
+        key = update.feedback_key
+        if self._rule is not None and len(feedback) == 1 and key in feedback:
+            return self._update_in_kernel(ids, key, feedback[key])
+        return self._update_in_python(ids, feedback)
+
+    def _update_in_kernel(self, ids: np.ndarray, key: str, value: Any) -> int:
+        """The built-in update rules: validation, id resolution and the weight write in one kernel call."""
+        values = value if type(value) is np.ndarray else to_numpy(value, key)
+        if values.shape != ids.shape:
+            raise ValueError(f"{key} must have shape ({len(ids)},) to match ids, got {values.shape}")
+        if values.dtype != np.float64 or not values.flags.c_contiguous:
+            values = np.ascontiguousarray(values, np.float64)
+        self._epoch += 1
+        tree = self.tree
+        status, bad, stale, first, slots, new_weights = apply_feedback(
+            tree.sums, tree.raw, tree.minp, tree.keys, tree.n_leaves, self.meta, self.weights, self._last_loss, ids,
+            values, self.next_serial, self._epoch, self._rule, self.strategy.update.floor, self.alpha)
+        if status == BAD_ID:
+            raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
+        if status:
+            raise ValueError(f"{key} must be finite and >= 0; {key}[{bad}] = {float(values[bad])}")
+        return self._after_update(slots, new_weights, stale, first)
+
+    def _update_in_python(self, ids: np.ndarray, feedback: Mapping[str, Any]) -> int:
+        """Any update: feedback validated here, new weights from the strategy's `compute`."""
         checked = {}
         for name, value in feedback.items():
             if name not in KNOWN_FEEDBACK:
@@ -313,28 +320,33 @@ class ReplayBuffer:
         if values is not None and not any(values is v for v in checked.values()):  # derived, e.g. from logits
             values = _check_feedback_array(update.feedback_key or "feedback", values, len(ids))
         self._epoch += 1
-        slots, pos, stale, first, bad = _resolve_ids(ids, self.capacity, self.meta, self.next_serial,
-                                                     self._epoch, values is not None)
+        slots, pos, stale, first, bad = resolve_ids(ids, self.meta, self.next_serial, self._epoch,
+                                                    values is not None)
         if bad >= 0:
             raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
+        if values is None or len(slots) == 0:
+            return self._after_update(_NO_VICTIMS, _NO_LOSSES, stale, first)
+        changed, new_weights = update.compute(slots, values[pos])
+        target = slots[changed]
+        new_weights = np.ascontiguousarray(new_weights, np.float64)
+        if len(target):
+            self._set_weights(target, new_weights)
+        return self._after_update(target, new_weights, stale, first)
+
+    def _after_update(self, slots: np.ndarray, new_weights: np.ndarray, stale: int, first: int) -> int:
+        """Initializer hooks (learning from the new weights, re-scoring unsampled examples) and counters."""
+        init = self.strategy.init
+        if self._call_observe and len(slots):
+            init.observe(self, slots, new_weights)
+        if self._call_refresh:
+            refreshed = init.refresh(self)
+            if refreshed is not None:
+                self._set_weights(*refreshed)
         counters = self.counters
         counters["stale_feedback"] += stale
         counters["first_visits"] += first
-        if values is None or len(slots) == 0:
-            return 0
-        changed, new_weights = update.compute(slots, values[pos])
-        target = slots[changed]
-        init = self.strategy.init
-        if len(target):
-            new_weights = np.ascontiguousarray(new_weights, np.float64)
-            self._set_weights(target, new_weights)
-            init.observe(self, target, new_weights)
-        refreshed = init.refresh(self)
-        if refreshed is not None:
-            r_slots, r_weights = refreshed
-            self._set_weights(r_slots, np.ascontiguousarray(r_weights, np.float64))
-        counters["updated"] += len(target)
-        return len(target)
+        counters["updated"] += len(slots)
+        return len(slots)
 
     # ------------------------------------------------------------------ introspection
     def stats(self) -> dict[str, float]:
@@ -364,7 +376,7 @@ class ReplayBuffer:
             "slot_serial": self.meta[:, SERIAL].copy(), "added_at_call": self.meta[:, ADDED_AT].copy(),
             "last_add_slots": self.last_add_slots.copy(),
             "features": None if self.features is None else self.features.copy(),
-            "counters": dict(self.counters), "rng": copy.deepcopy(self.rng.bit_generator.state),
+            "counters": dict(self.counters), "rng": self.rng_state.copy(),
             "strategy": self.strategy.state_dict(), "storage": self.storage.state_dict(),
         }
 
@@ -377,6 +389,9 @@ class ReplayBuffer:
         for key, value in mine.items():
             if config[key] != value:
                 raise ValueError(f"checkpoint has {key}={config[key]!r} but this buffer has {key}={value!r}")
+        rng = np.asarray(state["rng"])
+        if rng.shape != (4,) or rng.dtype != np.uint64:
+            raise ValueError(f"checkpoint rng state must be 4 uint64 words, got dtype {rng.dtype} shape {rng.shape}")
         self.size = int(state["size"])
         self.next_serial = int(state["next_serial"])
         self.weights = np.array(state["weights"], np.float64)
@@ -387,24 +402,28 @@ class ReplayBuffer:
         self.last_add_slots = np.array(state["last_add_slots"], np.int64)
         self.features = None if state["features"] is None else np.array(state["features"], np.float64)
         self.counters = {k: int(v) for k, v in state["counters"].items()}
-        self.rng.bit_generator.state = state["rng"]
+        self.rng_state = rng.copy()
         self.strategy.update.bind(self.capacity)
         self.strategy.load_state_dict(state["strategy"])
         self.storage.load_state_dict(state["storage"])
+        self._plan_kernels()
         self.tree.clear()
         live = np.arange(self.size, dtype=np.int64)
-        live_weights = self.weights[: self.size]
-        self.tree.set(live, self._priorities(live_weights), live_weights, live_weights)
+        live_weights = self.weights[: self.size].copy()
+        self._set_weights(live, live_weights)
         self._epoch = 0
 
 
 def _warm_up() -> None:
-    meta = np.zeros((1, 4), np.int64)
-    one = np.zeros(1, np.int64)
-    _claim_slots(meta, one, 0, 0)
-    _ids_and_ages(meta, one, 1, 0)
-    _resolve_ids(one, 1, meta, 1, 1, True)
-    _first_invalid(np.zeros(1))
+    """Compile (or load from the cache) the kernels for both tree dtypes, so the first real call pays nothing."""
+    for dtype in (np.float64, np.float32):
+        for strategy in (Strategy(), Strategy(evict=FIFO())):
+            buf = ReplayBuffer(4, alpha=0.5, beta=0.4, strategy=strategy, seed=0, tree_dtype=dtype)
+            for _ in range(3):
+                ids = buf.add({"x": np.zeros((2, 1))})
+                buf.update(ids, loss=np.ones(2))
+            buf.sample(2)
+    uniforms(seed_state(0), 1)
 
 
 _warm_up()

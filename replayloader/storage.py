@@ -69,6 +69,21 @@ class Storage:
 
         Raises before anything is written, so a bad add leaves the buffer untouched.
         """
+        specs = self.specs
+        if specs and type(batch) is dict and len(batch) == len(specs):  # fast path: numpy fields as before
+            size = -1
+            for name, value in batch.items():
+                spec = specs.get(name)
+                if (spec is None or type(value) is not np.ndarray or spec.kind != "numpy" or value.dtype != spec.dtype
+                        or value.ndim != len(spec.shape) + 1 or value.shape[1:] != spec.shape
+                        or (size >= 0 and value.shape[0] != size)):
+                    break
+                size = value.shape[0]
+            else:
+                return size
+        return self._check_batch_slowly(batch)
+
+    def _check_batch_slowly(self, batch: Mapping[str, Any]) -> int:
         if not isinstance(batch, Mapping) or not batch:
             raise TypeError(f"batch must be a non-empty mapping of field name -> array, got {type(batch).__name__}")
         size = None
@@ -107,7 +122,9 @@ class Storage:
                 self.fields[name] = np.zeros((self.capacity, *spec.shape), dtype=value.dtype)
             self.specs[name] = spec
 
-    def write(self, slots: np.ndarray, batch: Mapping[str, Any]) -> None:
+    def write(self, slots: np.ndarray, batch: Mapping[str, Any], run_start: int = -1) -> None:
+        """Write row j of every field to slot ``slots[j]``; ``run_start >= 0`` says the slots are consecutive
+        from there (a slice copy, cheaper than a scatter)."""
         if not self.specs:
             self._allocate(batch)
         for name, value in batch.items():
@@ -115,6 +132,8 @@ class Storage:
             if self.specs[name].kind == "torch":
                 index = _torch_index(slots, store.device)
                 store.index_copy_(0, index, value.detach().to(store.device))
+            elif run_start >= 0:
+                store[run_start: run_start + len(slots)] = value
             else:
                 store[slots] = value
 

@@ -24,21 +24,46 @@ from numba import njit
 _INF = np.inf
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _ascend_min(tree, leaf, stop=1):
+    """Recompute minima above one leaf, on nodes >= stop; end where a minimum is unchanged (nothing above it
+    can change)."""
+    i = leaf >> 1
+    while i >= stop:
+        a, b = tree[2 * i], tree[2 * i + 1]
+        m = a if a < b else b
+        if tree[i] == m:
+            break
+        tree[i] = m
+        i >>= 1
+
+
 @njit(cache=True, nogil=True)
-def _ascend_sums(sums, raw, has_raw, n_leaves, slots):
-    """Recompute every ancestor of `slots` in `sums` (and `raw`), level by level, each distinct node once."""
+def _ascend(sums, raw, minp, keys, n_leaves, slots):
+    """Recompute every ancestor of `slots` in each tracked array (length 0 = untracked).
+
+    Sums go up level by level for the whole batch: all K walks issue their loads together (hiding cache
+    misses) and where walks meet a node is done once. Min arrays go up walk by walk and stop at the first
+    node whose minimum did not change (nothing above it can change), which after a random update is usually
+    within a level or two. Once a level is narrow enough that the walks cover a good part of it, every array
+    recomputes that level and all above it whole: a contiguous pass with no bookkeeping is cheaper there.
+    """
+    has_raw, has_minp, has_keys = raw.shape[0] > 0, minp.shape[0] > 0, keys.shape[0] > 0
     k = slots.shape[0]
     nodes = np.empty(k, np.int64)
     for j in range(k):
         nodes[j] = (slots[j] + n_leaves) >> 1
-    seen = np.zeros(k, np.int64)  # seen[i - width] == width: node i was done on the level of that width
+    seen = np.zeros(0, np.int64)  # seen[i - width] == width: node i was done on the level of that width
     active = k
     width = n_leaves >> 1  # the current level's nodes are [width, 2 * width)
-    while width >= 1:
+    while width >= 1 and width > 2 * active:
+        dedupe = width < k  # walks can only meet on levels narrower than the batch
+        if dedupe and seen.shape[0] == 0:
+            seen = np.zeros(k, np.int64)
         kept = 0
         for j in range(active):
             i = nodes[j]
-            if width < k:  # levels narrower than the batch: walks meet, do each node once
+            if dedupe:
                 if seen[i - width] == width:
                     continue
                 seen[i - width] = width
@@ -49,19 +74,26 @@ def _ascend_sums(sums, raw, has_raw, n_leaves, slots):
             kept += 1
         active = kept
         width >>= 1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _ascend_min(tree, leaf):
-    """Recompute minima above one leaf; stop where a minimum is unchanged (nothing above it can change)."""
-    i = leaf >> 1
-    while i >= 1:
-        a, b = tree[2 * i], tree[2 * i + 1]
-        m = a if a < b else b
-        if tree[i] == m:
-            break
-        tree[i] = m
-        i >>= 1
+    dense = width  # levels of width <= dense are recomputed whole below
+    if has_minp:
+        for j in range(k):
+            _ascend_min(minp, slots[j] + n_leaves, 2 * dense)
+    if has_keys:
+        for j in range(k):
+            _ascend_min(keys, slots[j] + n_leaves, 2 * dense)
+    while width >= 1:
+        for i in range(width, 2 * width):
+            sums[i] = sums[2 * i] + sums[2 * i + 1]
+        if has_raw:
+            for i in range(width, 2 * width):
+                raw[i] = raw[2 * i] + raw[2 * i + 1]
+        if has_minp:
+            for i in range(width, 2 * width):
+                minp[i] = min(minp[2 * i], minp[2 * i + 1])
+        if has_keys:
+            for i in range(width, 2 * width):
+                keys[i] = min(keys[2 * i], keys[2 * i + 1])
+        width >>= 1
 
 
 @njit(cache=True, nogil=True)
@@ -82,13 +114,18 @@ def _set_leaves(sums, raw, minp, keys, n_leaves, slots, priorities, new_keys, ne
             minp[i] = p if p > 0 else _INF
         if has_keys:
             keys[i] = new_keys[j]
-    _ascend_sums(sums, raw, has_raw, n_leaves, slots)
-    if has_minp:
-        for j in range(k):
-            _ascend_min(minp, slots[j] + n_leaves)
-    if has_keys:
-        for j in range(k):
-            _ascend_min(keys, slots[j] + n_leaves)
+    _ascend(sums, raw, minp, keys, n_leaves, slots)
+
+
+@njit(cache=True, nogil=True)
+def _set_leaves_checked(sums, raw, minp, keys, n_leaves, capacity, slots, priorities, new_keys, new_raw):
+    """`_set_leaves` after checking every slot lies in [0, capacity); returns the first bad index (nothing
+    written) or -1."""
+    for j in range(slots.shape[0]):
+        if slots[j] < 0 or slots[j] >= capacity:
+            return j
+    _set_leaves(sums, raw, minp, keys, n_leaves, slots, priorities, new_keys, new_raw)
+    return -1
 
 
 @njit(cache=True, nogil=True)
@@ -96,7 +133,9 @@ def _descend(sums, n_leaves, targets):
     """Find, for each target mass, the leaf whose cumulative range holds it.
 
     Never enters a subtree of zero mass, so a leaf of priority 0 (or an empty slot past the end) is never
-    returned, even when rounding pushes a target to or past an edge.
+    returned, even when rounding pushes a target to or past an edge. The K walks go down level by level
+    together (their loads overlap), and the left/right choice is arithmetic, not a branch: with fresh
+    uniforms each call, a branch would be mispredicted half the time.
     """
     k = targets.shape[0]
     nodes = np.ones(k, np.int64)
@@ -105,11 +144,9 @@ def _descend(sums, n_leaves, targets):
         for j in range(k):
             left = 2 * nodes[j]
             mass_left = sums[left]
-            if (u[j] < mass_left and mass_left > 0.0) or sums[left + 1] <= 0.0:
-                nodes[j] = left
-            else:
-                u[j] -= mass_left
-                nodes[j] = left + 1
+            go_right = ((u[j] >= mass_left) | (mass_left <= 0.0)) & (sums[left + 1] > 0.0)
+            u[j] -= mass_left * go_right
+            nodes[j] = left + go_right
     return nodes - n_leaves
 
 
@@ -146,6 +183,23 @@ def _take_min_keys(keys, n_leaves, k):
     return out
 
 
+@njit(cache=True, nogil=True)
+def select_lowest_keys(keys, n_leaves, k):
+    """TEMPORARY: the k lowest-key slots without changing `keys` (pop, then restore)."""
+    out = np.empty(k, np.int64)
+    old = np.empty(k, keys.dtype)
+    for j in range(k):
+        s = _argmin_key(keys, n_leaves)
+        out[j] = s
+        old[j] = keys[s + n_leaves]
+        keys[s + n_leaves] = _INF
+        _ascend_min(keys, s + n_leaves)
+    for j in range(k):
+        keys[out[j] + n_leaves] = old[j]
+        _ascend_min(keys, out[j] + n_leaves)
+    return out
+
+
 _WARM: set = set()
 
 
@@ -157,6 +211,7 @@ def _warm_up(dtype: np.dtype) -> None:
     values = np.ones(2, dtype)
     _set_leaves(sums, raw, minp, keys, 2, np.array([0, 1], np.int64), values, values, values)
     _set_leaves(sums, raw[:0], minp[:0], keys[:0], 2, np.array([0, 1], np.int64), values, values, values)
+    _set_leaves_checked(sums, raw, minp, keys, 2, 2, np.array([0, 1], np.int64), values, values, values)
     _descend(sums, 2, _stratified_targets(2.0, np.array([0.5, 0.5])))
     _take_min_keys(keys, 2, 1)
     _WARM.add(dtype)
@@ -220,21 +275,27 @@ class SumTree:
     def set(self, slots: np.ndarray, priorities: np.ndarray, keys: np.ndarray | None = None,
             raw: np.ndarray | None = None) -> None:
         """Set leaves; a slot given twice keeps its last value. ``keys`` and ``raw`` default to the priorities."""
-        slots = np.ascontiguousarray(slots, np.int64)
+        if not (type(slots) is np.ndarray and slots.dtype == np.int64 and slots.ndim == 1
+                and slots.flags.c_contiguous):
+            slots = np.ascontiguousarray(slots, np.int64).reshape(-1)
         if slots.size == 0:
             return
-        if slots.min() < 0 or slots.max() >= self.capacity:
-            raise IndexError(f"slots must lie in [0, {self.capacity}), got range [{slots.min()}, {slots.max()}]")
         priorities = self._column(priorities, slots)
         keys = priorities if keys is None else self._column(keys, slots)
         raw = priorities if raw is None else self._column(raw, slots)
-        self.set_unchecked(slots, priorities, keys, raw)
+        bad = _set_leaves_checked(self.sums, self.raw, self.minp, self.keys, self.n_leaves, self.capacity, slots,
+                                  priorities, keys, raw)
+        if bad >= 0:
+            raise IndexError(f"slots must lie in [0, {self.capacity}), got slots[{bad}] = {slots[bad]}")
 
     def set_unchecked(self, slots: np.ndarray, priorities: np.ndarray, keys: np.ndarray, raw: np.ndarray) -> None:
         """`set` for trusted callers: int64 slots in range and contiguous arrays of this tree's dtype."""
         _set_leaves(self.sums, self.raw, self.minp, self.keys, self.n_leaves, slots, priorities, keys, raw)
 
     def _column(self, values, slots: np.ndarray) -> np.ndarray:
+        if (type(values) is np.ndarray and values.dtype == self.dtype and values.shape == slots.shape
+                and values.flags.c_contiguous):
+            return values
         values = np.asarray(values, self.dtype)
         if values.shape != slots.shape:
             values = np.broadcast_to(values, slots.shape)

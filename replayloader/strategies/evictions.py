@@ -50,6 +50,10 @@ class FIFO(Eviction):
         self.next_slot = int((self.next_slot + k) % tree.capacity)
         return slots
 
+    def advance(self, k: int, capacity: int) -> None:
+        """Move the ring past k slots that the buffer's kernel overwrote (the same slots `choose` would give)."""
+        self.next_slot = int((self.next_slot + k) % capacity)
+
     def state_dict(self):
         return {"next_slot": self.next_slot}
 

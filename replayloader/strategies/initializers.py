@@ -51,7 +51,16 @@ class Initializer:
     feature_based = False
 
     def initial_weights(self, view: BufferView, n: int, features: np.ndarray | None) -> np.ndarray:
-        raise NotImplementedError
+        """Weights of n new examples. The default gives each `constant_weight`; override one of the two."""
+        weight = self.constant_weight(view)
+        if weight is None:
+            raise NotImplementedError(f"{type(self).__name__} must define initial_weights or constant_weight")
+        return np.full(n, weight)
+
+    def constant_weight(self, view: BufferView) -> float | None:
+        """The one weight every example of the next add gets, for initializers that work that way (the buffer
+        then skips building a per-example array, unless `initial_weights` is overridden)."""
+        return None
 
     def observe(self, view: BufferView, slots: np.ndarray, weights: np.ndarray) -> None:
         """Learn from the new weights that feedback gave to `slots` (default: nothing)."""
@@ -76,8 +85,8 @@ class MeanWeight(Initializer):
         _check_positive("default", default)
         self.default = float(default)
 
-    def initial_weights(self, view, n, features):
-        return np.full(n, view.mean_weight() if view.size else self.default)
+    def constant_weight(self, view):
+        return view.mean_weight() if view.size else self.default
 
 
 class MaxWeight(Initializer):
@@ -92,8 +101,8 @@ class MaxWeight(Initializer):
         _check_positive("default", default)
         self.max_seen = float(default)
 
-    def initial_weights(self, view, n, features):
-        return np.full(n, self.max_seen)
+    def constant_weight(self, view):
+        return self.max_seen
 
     def observe(self, view, slots, weights):
         if len(weights):
