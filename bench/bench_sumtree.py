@@ -63,21 +63,24 @@ POOL = 64  # distinct input sets per cell, cycled through
 
 # ---------------------------------------------------------------------------------------------- replayloader
 class ReplayloaderTree:
-    """`replayloader.SumTree`: set / sample / pop_min (evict-lowest in O(K log N)).
+    """`replayloader.SumTree`: set / sample, and evict-lowest in O(K log N).
 
-    Tracks the sums, the min priority (as TorchRL's sampler keeps a min tree) and the eviction keys; no raw-weight
-    sum, which alpha = 1 does not need. So an update here maintains one array more than TorchRL's two trees.
+    update / sample use a tree keeping what TorchRL's prioritized sampler keeps (sums and the min priority).
+    The step needs eviction keys as well, so it runs on a second tree that also tracks them; it overwrites
+    the K lowest with `replace_min` (one pass) where the tree has it, else `pop_min` + `set`. Neither tracks
+    a raw-weight sum, which alpha = 1 does not need.
     """
 
     ops = ("update", "sample", "step")
 
     def __init__(self, n, priorities, dtype=np.float64):
         self.dtype = np.dtype(dtype)
-        self.tree = SumTree(n, self.dtype, min_priority=True, min_key=True, raw_sum=False)
+        self.tree = SumTree(n, self.dtype, min_priority=True, min_key=False, raw_sum=False)
         self.tree.set(np.arange(n, dtype=np.int64), priorities)
+        self.evicting = SumTree(n, self.dtype, min_priority=True, min_key=True, raw_sum=False)
+        self.evicting.set(np.arange(n, dtype=np.int64), priorities)
         self.n = n
-        # evict-then-write: skip emptying the victims when the tree offers it (they are set right after)
-        self.pop_kwargs = {"empty": False} if "empty" in inspect.signature(SumTree.pop_min).parameters else {}
+        self.one_pass = hasattr(SumTree, "replace_min")
 
     @staticmethod
     def prep_slots(a):
@@ -95,11 +98,14 @@ class ReplayloaderTree:
         return self.tree.sample(uniforms)
 
     def step(self, uniforms, priorities):
-        mean = self.tree.total / self.n
-        victims = self.tree.pop_min(uniforms.shape[0], **self.pop_kwargs)
-        self.tree.set(victims, mean)
-        slots = self.tree.sample(uniforms)
-        self.tree.set(slots, priorities)
+        tree, k = self.evicting, uniforms.shape[0]
+        mean = tree.total / self.n
+        if self.one_pass:
+            tree.replace_min(k, mean)
+        else:
+            tree.set(tree.pop_min(k, empty=False), mean)
+        slots = tree.sample(uniforms)
+        tree.set(slots, priorities)
         return slots
 
 
@@ -401,15 +407,15 @@ def report(args, tree_res, buf_res, elapsed):
             ""]
     notes = {
         "update": "Set K random leaves (duplicates possible) to new priorities. replayloader: `SumTree.set` "
-                  "(sum + min-priority + eviction-key trees). TorchRL: Sum and Min segment trees (both, as its "
+                  "on a tree keeping sums and the min priority, what TorchRL's sampler keeps. TorchRL: Sum and Min segment trees (both, as its "
                   "PrioritizedSampler keeps them), numpy overloads. cpprb: `update_priorities` on its PRB.",
         "sample": "K stratified draws, uniforms drawn beforehand. replayloader: `SumTree.sample`. TorchRL: "
                   "total via `query(0, N)`, masses (j+u_j)·total/K, `scan_lower_bound`. cpprb: "
                   "`PrioritizedReplayBuffer.sample(K)` (its only API: it also gathers one float32 field and "
                   "computes importance weights).",
         "step": "Evict the K lowest leaves and refill them at the mean priority, sample K, set the K sampled "
-                "leaves. replayloader: `pop_min(K)` (with `empty=False` where the tree has it: the victims are "
-                "set right after) + `set`, O(K log N). TorchRL trees have no argmin: "
+                "leaves. replayloader: `replace_min(K, mean)` (selects the K lowest keys and overwrites them "
+                "in one pass, O(K log N)) + `sample` + `set`, on a tree that also keeps eviction keys. TorchRL trees have no argmin: "
                 "`np.argpartition` over a numpy mirror of the leaves (O(N); the fastest option measured, "
                 "`at()`+argpartition and `torch.topk` were slower). cpprb: FIFO only, no evict-lowest. Pure "
                 "Python: its own min tree.",

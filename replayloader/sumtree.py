@@ -1,58 +1,52 @@
-"""Sum tree with optional min trees, over flat arrays, with Numba kernels.
+"""Sum tree with optional min trees and a raw-weight sum, over flat arrays, with Numba kernels.
 
 Layout: a 1-indexed binary heap over ``P`` leaves (``P`` = capacity rounded up to a power of two). Node ``i``
-has children ``2i`` and ``2i+1``; the leaf of slot ``s`` is node ``P + s``. Each tracked quantity is its own
-contiguous array of ``2P`` nodes, so a sampling descent reads 8 bytes a node and siblings share a cache line:
+has children ``2i`` and ``2i+1``; the leaf of slot ``s`` is node ``P + s``.
 
-* ``sums``  (always)      -- sampling priorities; a parent is the sum of its children.
-* ``minp``  (min_priority) -- the priorities again, 0 (never sampled) read as +inf; the root is the smallest
-  positive priority, which importance weights need (P_min).
-* ``keys``  (min_key)      -- eviction keys (raw weights, or anything the caller ranks by); the root is the
-  smallest key, and a descent finds its leaf in O(log N). Empty leaves hold +inf, so they are never evicted.
-* ``raw``   (raw_sum)      -- a second sum, of raw weights (before the alpha power), so a mean weight is exact.
+* ``sums`` (always): sampling priorities, a parent is the sum of its children. Its own contiguous array of ``2P``
+  nodes: a sampling descent reads only this, 8 bytes (or 4) a node, siblings in one cache line.
+* ``raw`` (raw_sum): a second sum, of raw weights (before the alpha power), so a mean weight is exact.
+* ``mins`` (shape ``(2P, 1 or 2)``, rows 64-byte aligned): the min columns side by side, so checking and
+  recomputing a parent's minima reads one cache line for both:
+  - min_priority: the priorities again, 0 (never sampled) read as +inf; the root is the smallest positive
+    priority, which importance weights need (P_min);
+  - min_key: eviction keys (raw weights, or anything the caller ranks by); the root is the smallest key, and
+    the k smallest are found in O(k log(N/k)) (`minselect`); empty leaves hold +inf, so they are never evicted.
 
-Untracked arrays are not allocated. Every write recomputes ancestors from their children instead of adding
-deltas, so the tree never drifts. Sums ascend level by level for the whole batch (K independent walks issue
-their loads together, hiding cache misses; a shared ancestor is recomputed once). Min arrays ascend walk by
-walk and stop at the first ancestor whose minimum did not change: above it nothing can change.
+Untracked quantities are not allocated (``raw`` of length 0; a min column index of -1). Every write recomputes
+ancestors from their children instead of adding deltas, so the tree never drifts.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
+from .minselect import select_min_keys
+
 _INF = np.inf
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _ascend_min(tree, leaf, stop=1):
-    """Recompute minima above one leaf, on nodes >= stop; end where a minimum is unchanged (nothing above it
-    can change)."""
-    i = leaf >> 1
-    while i >= stop:
-        a, b = tree[2 * i], tree[2 * i + 1]
-        m = a if a < b else b
-        if tree[i] == m:
-            break
-        tree[i] = m
-        i >>= 1
+def _min_of_children(mins, i, c):
+    a, b = mins[2 * i, c], mins[2 * i + 1, c]
+    return a if a < b else b
 
 
 @njit(cache=True, nogil=True)
-def _ascend(sums, raw, minp, keys, n_leaves, slots):
-    """Recompute every ancestor of `slots` in each tracked array (length 0 = untracked).
+def _ascend(sums, raw, mins, c_minp, c_keys, n_leaves, slots):
+    """Recompute every ancestor of `slots`.
 
-    Sums go up level by level for the whole batch: all K walks issue their loads together (hiding cache
-    misses) and where walks meet a node is done once. Min arrays go up walk by walk and stop at the first
-    node whose minimum did not change (nothing above it can change), which after a random update is usually
-    within a level or two. Once a level is narrow enough that the walks cover a good part of it, every array
-    recomputes that level and all above it whole: a contiguous pass with no bookkeeping is cheaper there.
+    Sums (and raw sums) go up level by level for the whole batch: the K walks issue their loads together,
+    hiding cache misses, and where walks meet a node is done once. Minima go up level by level as well, but a
+    walk ends at the first node whose minima did not change (nothing above it can change): after a random
+    update that is usually within a level or two; after replacing the lowest keys it is often the root. Once the walks cover a good part of a level, that level and every level
+    above it are recomputed whole: a contiguous pass with no bookkeeping is cheaper there.
     """
-    has_raw, has_minp, has_keys = raw.shape[0] > 0, minp.shape[0] > 0, keys.shape[0] > 0
+    has_raw, has_mins = raw.shape[0] > 0, c_minp >= 0 or c_keys >= 0
     k = slots.shape[0]
-    nodes = np.empty(k, np.int64)
+    up = np.empty(k, np.int64)
     for j in range(k):
-        nodes[j] = (slots[j] + n_leaves) >> 1
+        up[j] = (slots[j] + n_leaves) >> 1
     seen = np.zeros(0, np.int64)  # seen[i - width] == width: node i was done on the level of that width
     active = k
     width = n_leaves >> 1  # the current level's nodes are [width, 2 * width)
@@ -62,7 +56,7 @@ def _ascend(sums, raw, minp, keys, n_leaves, slots):
             seen = np.zeros(k, np.int64)
         kept = 0
         for j in range(active):
-            i = nodes[j]
+            i = up[j]
             if dedupe:
                 if seen[i - width] == width:
                     continue
@@ -70,61 +64,76 @@ def _ascend(sums, raw, minp, keys, n_leaves, slots):
             sums[i] = sums[2 * i] + sums[2 * i + 1]
             if has_raw:
                 raw[i] = raw[2 * i] + raw[2 * i + 1]
-            nodes[kept] = i >> 1
+            up[kept] = i >> 1
             kept += 1
         active = kept
         width >>= 1
-    dense = width  # levels of width <= dense are recomputed whole below
-    if has_minp:
+    if has_mins:  # level by level too, but a walk ends at the first node whose minima did not change
         for j in range(k):
-            _ascend_min(minp, slots[j] + n_leaves, 2 * dense)
-    if has_keys:
-        for j in range(k):
-            _ascend_min(keys, slots[j] + n_leaves, 2 * dense)
-    while width >= 1:
+            up[j] = (slots[j] + n_leaves) >> 1
+        active = k
+        level = n_leaves >> 1
+        while active and level > width:
+            kept = 0
+            for j in range(active):
+                i = up[j]
+                changed = False
+                if c_minp >= 0:
+                    m = _min_of_children(mins, i, c_minp)
+                    if mins[i, c_minp] != m:
+                        changed = True
+                        mins[i, c_minp] = m
+                if c_keys >= 0:
+                    m = _min_of_children(mins, i, c_keys)
+                    if mins[i, c_keys] != m:
+                        changed = True
+                        mins[i, c_keys] = m
+                if changed:  # a walk meeting one that already wrote this node sees no change and ends
+                    up[kept] = i >> 1
+                    kept += 1
+            active = kept
+            level >>= 1
+    while width >= 1:  # whole levels from here to the root
         for i in range(width, 2 * width):
             sums[i] = sums[2 * i] + sums[2 * i + 1]
         if has_raw:
             for i in range(width, 2 * width):
                 raw[i] = raw[2 * i] + raw[2 * i + 1]
-        if has_minp:
+        if c_minp >= 0:
             for i in range(width, 2 * width):
-                minp[i] = min(minp[2 * i], minp[2 * i + 1])
-        if has_keys:
+                mins[i, c_minp] = _min_of_children(mins, i, c_minp)
+        if c_keys >= 0:
             for i in range(width, 2 * width):
-                keys[i] = min(keys[2 * i], keys[2 * i + 1])
+                mins[i, c_keys] = _min_of_children(mins, i, c_keys)
         width >>= 1
 
 
 @njit(cache=True, nogil=True)
-def _set_leaves(sums, raw, minp, keys, n_leaves, slots, priorities, new_keys, new_raw):
-    """Write leaves (in order, so a duplicated slot keeps its last value), then recompute ancestors.
-
-    Arrays of length 0 are untracked and skipped.
-    """
-    has_raw, has_minp, has_keys = raw.shape[0] > 0, minp.shape[0] > 0, keys.shape[0] > 0
-    k = slots.shape[0]
-    for j in range(k):
+def _set_leaves(sums, raw, mins, c_minp, c_keys, n_leaves, slots, priorities, new_keys, new_raw):
+    """Write leaves (in order, so a duplicated slot keeps its last value), then recompute ancestors."""
+    has_raw = raw.shape[0] > 0
+    for j in range(slots.shape[0]):
         i = slots[j] + n_leaves
         p = priorities[j]
         sums[i] = p
         if has_raw:
             raw[i] = new_raw[j]
-        if has_minp:
-            minp[i] = p if p > 0 else _INF
-        if has_keys:
-            keys[i] = new_keys[j]
-    _ascend(sums, raw, minp, keys, n_leaves, slots)
+        if c_minp >= 0:
+            mins[i, c_minp] = p if p > 0 else _INF
+        if c_keys >= 0:
+            mins[i, c_keys] = new_keys[j]
+    _ascend(sums, raw, mins, c_minp, c_keys, n_leaves, slots)
 
 
 @njit(cache=True, nogil=True)
-def _set_leaves_checked(sums, raw, minp, keys, n_leaves, capacity, slots, priorities, new_keys, new_raw):
+def _set_leaves_checked(sums, raw, mins, c_minp, c_keys, n_leaves, capacity, slots, priorities, new_keys,
+                        new_raw):
     """`_set_leaves` after checking every slot lies in [0, capacity); returns the first bad index (nothing
     written) or -1."""
     for j in range(slots.shape[0]):
         if slots[j] < 0 or slots[j] >= capacity:
             return j
-    _set_leaves(sums, raw, minp, keys, n_leaves, slots, priorities, new_keys, new_raw)
+    _set_leaves(sums, raw, mins, c_minp, c_keys, n_leaves, slots, priorities, new_keys, new_raw)
     return -1
 
 
@@ -138,16 +147,16 @@ def _descend(sums, n_leaves, targets):
     uniforms each call, a branch would be mispredicted half the time.
     """
     k = targets.shape[0]
-    nodes = np.ones(k, np.int64)
+    at = np.ones(k, np.int64)
     u = targets.copy()
-    while nodes[0] < n_leaves:
+    while at[0] < n_leaves:
         for j in range(k):
-            left = 2 * nodes[j]
+            left = 2 * at[j]
             mass_left = sums[left]
             go_right = ((u[j] >= mass_left) | (mass_left <= 0.0)) & (sums[left + 1] > 0.0)
             u[j] -= mass_left * go_right
-            nodes[j] = left + go_right
-    return nodes - n_leaves
+            at[j] = left + go_right
+    return at - n_leaves
 
 
 @njit(cache=True, nogil=True)
@@ -162,42 +171,27 @@ def _stratified_targets(total, uniforms):
 
 
 @njit(cache=True, nogil=True)
-def _argmin_key(keys, n_leaves):
+def _argmin_key(mins, c_keys, n_leaves):
     i = 1
     while i < n_leaves:
         left = 2 * i
-        i = left if keys[left] <= keys[left + 1] else left + 1
+        i = left if mins[left, c_keys] <= mins[left + 1, c_keys] else left + 1
     return i - n_leaves
 
 
 @njit(cache=True, nogil=True)
-def _take_min_keys(keys, n_leaves, k):
-    """The k lowest-key slots in (key, slot) order: k argmin descents, each followed by setting that key to
-    +inf and re-ascending the key array only (the caller recomputes the rest in one batch)."""
-    out = np.empty(k, np.int64)
-    for j in range(k):
-        s = _argmin_key(keys, n_leaves)
-        out[j] = s
-        keys[s + n_leaves] = _INF
-        _ascend_min(keys, s + n_leaves)
-    return out
+def select_lowest(mins, c_keys, n_leaves, k):
+    """The k non-empty slots of lowest key in (key, slot) order; reads only. Raises if fewer than k exist."""
+    return select_min_keys(mins[:, c_keys], n_leaves, k)
 
 
 @njit(cache=True, nogil=True)
-def select_lowest_keys(keys, n_leaves, k):
-    """TEMPORARY: the k lowest-key slots without changing `keys` (pop, then restore)."""
-    out = np.empty(k, np.int64)
-    old = np.empty(k, keys.dtype)
-    for j in range(k):
-        s = _argmin_key(keys, n_leaves)
-        out[j] = s
-        old[j] = keys[s + n_leaves]
-        keys[s + n_leaves] = _INF
-        _ascend_min(keys, s + n_leaves)
-    for j in range(k):
-        keys[out[j] + n_leaves] = old[j]
-        _ascend_min(keys, out[j] + n_leaves)
-    return out
+def _replace_lowest(sums, raw, mins, c_minp, c_keys, n_leaves, k, priorities, new_keys, new_raw):
+    """Overwrite the k lowest-key leaves with new values in one pass; returns their slots in (key, slot)
+    order. Raises (nothing written) when fewer than k leaves are non-empty."""
+    slots = select_lowest(mins, c_keys, n_leaves, k)
+    _set_leaves(sums, raw, mins, c_minp, c_keys, n_leaves, slots, priorities, new_keys, new_raw)
+    return slots
 
 
 _WARM: set = set()
@@ -207,14 +201,24 @@ def _warm_up(dtype: np.dtype) -> None:
     """Run every kernel once per dtype so compilation (or the on-disk cache load) happens here, not at step 1."""
     if dtype in _WARM:
         return
-    sums, raw, minp, keys = np.zeros(4, dtype), np.zeros(4, dtype), np.full(4, np.inf, dtype), np.full(4, np.inf, dtype)
+    sums, raw, mins = np.zeros(4, dtype), np.zeros(4, dtype), _allocate_rows(4, 2, dtype)
+    mins[:] = np.inf
     values = np.ones(2, dtype)
-    _set_leaves(sums, raw, minp, keys, 2, np.array([0, 1], np.int64), values, values, values)
-    _set_leaves(sums, raw[:0], minp[:0], keys[:0], 2, np.array([0, 1], np.int64), values, values, values)
-    _set_leaves_checked(sums, raw, minp, keys, 2, 2, np.array([0, 1], np.int64), values, values, values)
+    slots = np.array([0, 1], np.int64)
+    _set_leaves(sums, raw, mins, 0, 1, 2, slots, values, values, values)
+    _set_leaves_checked(sums, raw[:0], mins[:0], -1, -1, 2, 2, slots, values, values, values)
     _descend(sums, 2, _stratified_targets(2.0, np.array([0.5, 0.5])))
-    _take_min_keys(keys, 2, 1)
+    _argmin_key(mins, 1, 2)
+    _replace_lowest(sums, raw, mins, 0, 1, 2, 1, values[:1], values[:1], values[:1])
     _WARM.add(dtype)
+
+
+def _allocate_rows(rows: int, columns: int, dtype: np.dtype) -> np.ndarray:
+    """Zeroed (rows, columns) array whose rows start on a 64-byte boundary, so sibling rows share a line."""
+    itemsize = np.dtype(dtype).itemsize
+    raw = np.zeros(rows * columns + 64 // itemsize, dtype)
+    skip = (-raw.ctypes.data % 64) // itemsize
+    return raw[skip: skip + rows * columns].reshape(rows, columns)
 
 
 def _next_power_of_two(n: int) -> int:
@@ -242,8 +246,15 @@ class SumTree:
         size = 2 * self.n_leaves
         self.sums = np.zeros(size, dtype)
         self.raw = np.zeros(size if raw_sum else 0, dtype)
-        self.minp = np.full(size if min_priority else 0, np.inf, dtype)
-        self.keys = np.full(size if min_key else 0, np.inf, dtype)
+        self.c_minp = 0 if min_priority else -1
+        self.c_keys = int(min_priority) if min_key else -1
+        columns = int(min_priority) + int(min_key)
+        self.mins = _allocate_rows(size if columns else 0, max(columns, 1), dtype)
+        self.mins[:] = np.inf
+        # Views of the min columns (an untracked one is empty), for reading and for tests.
+        empty = np.zeros(0, dtype)
+        self.minp = self.mins[:, self.c_minp] if min_priority else empty
+        self.keys = self.mins[:, self.c_keys] if min_key else empty
         _warm_up(dtype)
 
     def _need(self, array: np.ndarray, what: str) -> np.ndarray:
@@ -283,14 +294,14 @@ class SumTree:
         priorities = self._column(priorities, slots)
         keys = priorities if keys is None else self._column(keys, slots)
         raw = priorities if raw is None else self._column(raw, slots)
-        bad = _set_leaves_checked(self.sums, self.raw, self.minp, self.keys, self.n_leaves, self.capacity, slots,
-                                  priorities, keys, raw)
+        bad = _set_leaves_checked(self.sums, self.raw, self.mins, self.c_minp, self.c_keys, self.n_leaves,
+                                  self.capacity, slots, priorities, keys, raw)
         if bad >= 0:
             raise IndexError(f"slots must lie in [0, {self.capacity}), got slots[{bad}] = {slots[bad]}")
 
     def set_unchecked(self, slots: np.ndarray, priorities: np.ndarray, keys: np.ndarray, raw: np.ndarray) -> None:
         """`set` for trusted callers: int64 slots in range and contiguous arrays of this tree's dtype."""
-        _set_leaves(self.sums, self.raw, self.minp, self.keys, self.n_leaves, slots, priorities, keys, raw)
+        _set_leaves(self.sums, self.raw, self.mins, self.c_minp, self.c_keys, self.n_leaves, slots, priorities, keys, raw)
 
     def _column(self, values, slots: np.ndarray) -> np.ndarray:
         if (type(values) is np.ndarray and values.dtype == self.dtype and values.shape == slots.shape
@@ -316,26 +327,55 @@ class SumTree:
 
     def argmin(self) -> int:
         """Slot of the smallest key (lowest slot among ties)."""
-        return int(_argmin_key(self._need(self.keys, "min_key"), self.n_leaves))
+        self._need(self.keys, "min_key")
+        return int(_argmin_key(self.mins, self.c_keys, self.n_leaves))
 
     def pop_min(self, k: int, empty: bool = True) -> np.ndarray:
         """Return the k lowest-key slots in (key, slot) order; only non-empty slots can be popped.
 
         ``empty=True`` empties those leaves (priority 0). ``empty=False`` only sets their keys to +inf and leaves
-        their priorities in place, for a caller that `set`s the same slots right away (the buffer's
-        evict-then-write), which saves one batched ascent.
+        their priorities in place. To overwrite the lowest leaves with new values, `replace_min` does it in
+        one pass.
         """
-        keys = self._need(self.keys, "min_key")
-        if k < 0 or k > self.capacity:
-            raise ValueError(f"k must lie in [0, {self.capacity}], got {k}")
-        slots = _take_min_keys(keys, self.n_leaves, int(k))
-        if empty and k:
-            zeros = np.zeros(k, self.dtype)
-            self.set_unchecked(slots, zeros, np.full(k, np.inf, self.dtype), zeros)
+        self._need(self.keys, "min_key")
+        k = self._check_k(k)
+        slots = self._lowest(lambda: select_lowest(self.mins, self.c_keys, self.n_leaves, k), k)
+        leaves = slots + self.n_leaves
+        if empty:
+            priorities = raw = np.zeros(k, self.dtype)
+        else:
+            priorities = self.sums[leaves]
+            raw = self.raw[leaves] if self.raw.shape[0] else priorities
+        self.set_unchecked(slots, priorities, np.full(k, np.inf, self.dtype), raw)
         return slots
+
+    def replace_min(self, k: int, priorities, keys=None, raw=None) -> np.ndarray:
+        """Evict-then-write in one pass: overwrite the k lowest-key leaves (only non-empty ones) with new values
+        and return their slots in (key, slot) order. Values broadcast to k; ``keys`` and ``raw`` default to the
+        priorities."""
+        self._need(self.keys, "min_key")
+        k = self._check_k(k)
+        shape_of = np.empty(k, np.int64)
+        priorities = self._column(priorities, shape_of)
+        keys = priorities if keys is None else self._column(keys, shape_of)
+        raw = priorities if raw is None else self._column(raw, shape_of)
+        return self._lowest(lambda: _replace_lowest(self.sums, self.raw, self.mins, self.c_minp, self.c_keys, self.n_leaves,
+                                                    k, priorities, keys, raw), k)
+
+    def _check_k(self, k) -> int:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= self.capacity:
+            raise ValueError(f"k must be an integer in [0, {self.capacity}], got {k!r}")
+        return int(k)
+
+    @staticmethod
+    def _lowest(select, k: int) -> np.ndarray:
+        """Run a selection of the k lowest keys; the kernel refuses (before writing) when too few are set."""
+        try:
+            return select()
+        except ValueError as err:
+            raise ValueError(f"cannot take the {k} lowest leaves: fewer than {k} leaves are non-empty") from err
 
     def clear(self) -> None:
         self.sums[:] = 0
         self.raw[:] = 0
-        self.minp[:] = np.inf
-        self.keys[:] = np.inf
+        self.mins[:] = np.inf

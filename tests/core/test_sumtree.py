@@ -32,7 +32,7 @@ def test_random_operation_sequences_match_reference(capacity, data):
     tree, ref = SumTree(capacity), ReferenceTree(capacity)
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     for _ in range(data.draw(st.integers(1, 12))):
-        op = data.draw(st.sampled_from(["set", "set", "pop", "sample"]))
+        op = data.draw(st.sampled_from(["set", "set", "pop", "replace", "sample"]))
         if op == "set":
             n = data.draw(st.integers(1, 2 * capacity))
             slots = np.array(data.draw(st.lists(st.integers(0, capacity - 1), min_size=n, max_size=n)))
@@ -43,6 +43,12 @@ def test_random_operation_sequences_match_reference(capacity, data):
         elif op == "pop":
             n = data.draw(st.integers(0, int(np.isfinite(ref.k).sum())))
             np.testing.assert_array_equal(tree.pop_min(n), ref.pop_min(n))
+        elif op == "replace":  # evict-then-write: the n lowest keys get new values, in one pass
+            n = data.draw(st.integers(0, int(np.isfinite(ref.k).sum())))
+            prios = np.array(data.draw(st.lists(finite_weights, min_size=n, max_size=n)))
+            victims = ref.pop_min(n)
+            ref.set(victims, prios, prios)
+            np.testing.assert_array_equal(tree.replace_min(n, prios), victims)
         elif ref.p.sum() > 0:
             slots = tree.sample(rng.random(64), stratified=data.draw(st.booleans()))
             assert slots.min() >= 0 and slots.max() < capacity
@@ -141,3 +147,18 @@ def test_pop_min_without_emptying_keeps_priorities_until_set():
     assert tree.total == 10.0 and tree.argmin() == 2
     tree.set(np.array([1, 3]), np.array([5.0, 6.0]))
     assert tree.total == 18.0 and tree.argmin() == 2
+
+
+def test_taking_more_lowest_leaves_than_hold_keys_is_an_error_and_changes_nothing():
+    tree = SumTree(8)
+    tree.set(np.arange(3), np.array([3.0, 1.0, 2.0]))
+    before = (tree.sums.copy(), tree.keys.copy())
+    for take in (lambda: tree.pop_min(4), lambda: tree.replace_min(4, 1.0)):
+        with pytest.raises(ValueError, match="fewer than 4"):
+            take()
+        np.testing.assert_array_equal(tree.sums, before[0])
+        np.testing.assert_array_equal(tree.keys, before[1])
+    with pytest.raises(ValueError, match="k must be"):
+        tree.replace_min(9, 1.0)
+    assert tree.replace_min(2, np.array([7.0, 8.0])).tolist() == [1, 2]
+    assert tree.total == 18.0 and tree.argmin() == 0
