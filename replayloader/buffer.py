@@ -206,7 +206,7 @@ class ReplayBuffer:
         if mode == EVICT_GIVEN and n > self.capacity - self.size:
             victims = np.ascontiguousarray(evict.choose(tree, n - (self.capacity - self.size)), np.int64)
         fifo_next = evict.next_slot if mode == EVICT_FIFO else 0
-        slots, evicted, run_start = choose_slots(tree.mins, tree.c_keys, tree.n_leaves, self.size, self.capacity, n, mode,
+        slots, evicted, run_start = choose_slots(tree.nodes, tree.c_keys, tree.n_leaves, self.size, self.capacity, n, mode,
                                                  fifo_next, victims)
         self.storage.write(slots, batch, run_start)
         if evicted and mode == EVICT_FIFO:
@@ -216,7 +216,7 @@ class ReplayBuffer:
                 self.features = np.zeros((self.capacity, features.shape[1]))
             self.features[slots] = features
         counters = self.counters
-        ids = commit_add(tree.sums, tree.raw, tree.mins, tree.c_minp, tree.c_keys, tree.n_leaves, self.meta, self.weights,
+        ids = commit_add(tree.nodes, tree.c_raw, tree.c_minp, tree.c_keys, tree.n_leaves, self.meta, self.weights,
                          self._last_loss, slots, weights, weight, self.alpha, self.next_serial,
                          counters["add_calls"])
         if self._call_on_add:
@@ -232,7 +232,7 @@ class ReplayBuffer:
     def _set_weights(self, slots: np.ndarray, weights: np.ndarray) -> None:
         """Record raw weights; the tree gets priorities (w^alpha), eviction keys and raw sums (w)."""
         tree = self.tree
-        write_weights(tree.sums, tree.raw, tree.mins, tree.c_minp, tree.c_keys, tree.n_leaves, self.weights,
+        write_weights(tree.nodes, tree.c_raw, tree.c_minp, tree.c_keys, tree.n_leaves, self.weights,
                       np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(weights, np.float64), self.alpha)
 
     # ------------------------------------------------------------------ sample
@@ -259,7 +259,7 @@ class ReplayBuffer:
         else:
             tree = self.tree
             slots, ids, probabilities, weights, ages, age_sum = draw_sample(
-                tree.sums, tree.mins, tree.c_minp, tree.n_leaves, self.meta, self.rng_state, int(k), self._stratified, self.size,
+                tree.nodes, tree.c_minp, tree.n_leaves, self.meta, self.rng_state, int(k), self._stratified, self.size,
                 self._beta_arg, last_add)
             if self.beta is None:
                 weights = None
@@ -297,7 +297,7 @@ class ReplayBuffer:
         self._epoch += 1
         tree = self.tree
         status, bad, stale, first, slots, new_weights = apply_feedback(
-            tree.sums, tree.raw, tree.mins, tree.c_minp, tree.c_keys, tree.n_leaves, self.meta, self.weights, self._last_loss, ids,
+            tree.nodes, tree.c_raw, tree.c_minp, tree.c_keys, tree.n_leaves, self.meta, self.weights, self._last_loss, ids,
             values, self.next_serial, self._epoch, self._rule, self.strategy.update.floor, self.alpha)
         if status == BAD_ID:
             raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")

@@ -39,9 +39,9 @@ def first_invalid(values):
 
 
 @njit(cache=True, nogil=True)
-def _tree_priorities(weights, alpha, sums):
+def _tree_priorities(weights, alpha, nodes):
     """w^alpha for the sum tree, in its dtype (alpha 0: 1 for every positive weight)."""
-    out = np.empty(weights.shape[0], sums.dtype)
+    out = np.empty(weights.shape[0], nodes.dtype)
     for j in range(weights.shape[0]):
         w = weights[j]
         if alpha == 1.0:
@@ -56,17 +56,17 @@ def _tree_priorities(weights, alpha, sums):
 
 
 @njit(cache=True, nogil=True)
-def write_weights(sums, raw, mins, c_minp, c_keys, n_leaves, weights, slots, new_weights, alpha):
+def write_weights(nodes, c_raw, c_minp, c_keys, n_leaves, weights, slots, new_weights, alpha):
     """Record raw weights and write the tree: priorities w^alpha, eviction keys and raw sums w."""
     for j in range(slots.shape[0]):
         weights[slots[j]] = new_weights[j]
-    priorities = _tree_priorities(new_weights, alpha, sums)
-    tree_weights = new_weights.astype(sums.dtype)
-    _set_leaves(sums, raw, mins, c_minp, c_keys, n_leaves, slots, priorities, tree_weights, tree_weights)
+    priorities = _tree_priorities(new_weights, alpha, nodes)
+    tree_weights = new_weights.astype(nodes.dtype)
+    _set_leaves(nodes, c_raw, c_minp, c_keys, n_leaves, slots, priorities, tree_weights, tree_weights)
 
 
 @njit(cache=True, nogil=True)
-def choose_slots(mins, c_keys, n_leaves, size, capacity, n, evict_mode, fifo_next, victims):
+def choose_slots(nodes, c_keys, n_leaves, size, capacity, n, evict_mode, fifo_next, victims):
     """Slots for n new examples: free slots in order, then victims (lowest keys, a FIFO ring, or given).
 
     Reads only; returns (slots, n_evicted, start of the run if the slots are consecutive else -1).
@@ -78,7 +78,7 @@ def choose_slots(mins, c_keys, n_leaves, size, capacity, n, evict_mode, fifo_nex
     m = n - n_free
     if m > 0:
         if evict_mode == EVICT_LOWEST:
-            slots[n_free:] = select_lowest(mins, c_keys, n_leaves, m)
+            slots[n_free:] = select_lowest(nodes, c_keys, n_leaves, m)
         elif evict_mode == EVICT_FIFO:
             for j in range(m):
                 slots[n_free + j] = (fifo_next + j) % capacity
@@ -93,7 +93,7 @@ def choose_slots(mins, c_keys, n_leaves, size, capacity, n, evict_mode, fifo_nex
 
 
 @njit(cache=True, nogil=True)
-def commit_add(sums, raw, mins, c_minp, c_keys, n_leaves, meta, weights, last_loss, slots, new_weights, new_weight, alpha,
+def commit_add(nodes, c_raw, c_minp, c_keys, n_leaves, meta, weights, last_loss, slots, new_weights, new_weight, alpha,
                first_serial, add_call):
     """Stamp the chosen slots (serial, add call, zero visits), forget their old losses, write their weights
     (`new_weights`, or `new_weight` for all when that array is empty).
@@ -114,12 +114,12 @@ def commit_add(sums, raw, mins, c_minp, c_keys, n_leaves, meta, weights, last_lo
         ids[j] = (first_serial + j) * capacity + s
     if new_weights.shape[0] != n:
         new_weights = np.full(n, new_weight)
-    write_weights(sums, raw, mins, c_minp, c_keys, n_leaves, weights, slots, new_weights, alpha)
+    write_weights(nodes, c_raw, c_minp, c_keys, n_leaves, weights, slots, new_weights, alpha)
     return ids
 
 
 @njit(cache=True, nogil=True)
-def draw_sample(sums, mins, c_minp, n_leaves, meta, rng_state, k, stratified, size, beta, last_add_call):
+def draw_sample(nodes, c_minp, n_leaves, meta, rng_state, k, stratified, size, beta, last_add_call):
     """Draw k slots by priority (uniform over the stored examples when every weight is 0).
 
     Returns (slots, ids, probabilities, importance weights (P_min/P_i)^beta or empty when beta < 0, ages,
@@ -128,7 +128,7 @@ def draw_sample(sums, mins, c_minp, n_leaves, meta, rng_state, k, stratified, si
     capacity = meta.shape[0]
     u = np.empty(k, np.float64)
     fill_uniforms(rng_state, u)
-    total = np.float64(sums[1])
+    total = np.float64(nodes[1, 0])
     probabilities = np.empty(k, np.float64)
     if total > 0.0:
         if stratified:
@@ -138,10 +138,10 @@ def draw_sample(sums, mins, c_minp, n_leaves, meta, rng_state, k, stratified, si
         else:
             for j in range(k):
                 u[j] *= total
-        slots = _descend(sums, n_leaves, u)
+        slots = _descend(nodes, n_leaves, u)
         for j in range(k):
-            probabilities[j] = np.float64(sums[n_leaves + slots[j]]) / total
-        p_min = np.float64(mins[1, c_minp]) / total if c_minp >= 0 else 0.0
+            probabilities[j] = np.float64(nodes[n_leaves + slots[j], 0]) / total
+        p_min = np.float64(nodes[1, c_minp]) / total if c_minp >= 0 else 0.0
     else:
         slots = np.empty(k, np.int64)
         for j in range(k):
@@ -218,7 +218,7 @@ def resolve_ids(ids, meta, next_serial, epoch, count_visits):
 
 
 @njit(cache=True, nogil=True)
-def apply_feedback(sums, raw, mins, c_minp, c_keys, n_leaves, meta, weights, last_loss, ids, values, next_serial, epoch,
+def apply_feedback(nodes, c_raw, c_minp, c_keys, n_leaves, meta, weights, last_loss, ids, values, next_serial, epoch,
                    rule, floor, alpha):
     """Validate ids and values, resolve ids, apply a built-in update rule and write the new weights.
 
@@ -251,5 +251,5 @@ def apply_feedback(sums, raw, mins, c_minp, c_keys, n_leaves, meta, weights, las
         m += 1
     target, new_weights = target[:m], new_weights[:m]
     if m:
-        write_weights(sums, raw, mins, c_minp, c_keys, n_leaves, weights, target, new_weights, alpha)
+        write_weights(nodes, c_raw, c_minp, c_keys, n_leaves, weights, target, new_weights, alpha)
     return OK, -1, stale, first, target, new_weights
