@@ -276,6 +276,8 @@ class SumTree:
         if (type(values) is np.ndarray and values.dtype == self.dtype and values.shape == slots.shape
                 and values.flags.c_contiguous):
             return values
+        if isinstance(values, (float, int, np.floating, np.integer)):
+            return np.full(slots.shape, values, self.dtype)
         values = np.asarray(values, self.dtype)
         if values.shape != slots.shape:
             values = np.broadcast_to(values, slots.shape)
@@ -322,14 +324,21 @@ class SumTree:
         """Evict-then-write in one pass: overwrite the k lowest-key leaves (only non-empty ones) with new values
         and return their slots in (key, slot) order. Values broadcast to k; ``keys`` and ``raw`` default to the
         priorities."""
-        self._need(self.keys, "min_key")
-        k = self._check_k(k)
+        if self.c_keys < 0:
+            self._need(self.keys, "min_key")
+        if type(k) is not int:
+            k = self._check_k(k)
+        elif not 0 <= k <= self.capacity:
+            self._check_k(k)
         shape_of = np.empty(k, np.int64)
         priorities = self._column(priorities, shape_of)
         keys = priorities if keys is None else self._column(keys, shape_of)
         raw = priorities if raw is None else self._column(raw, shape_of)
-        return self._lowest(lambda: _replace_lowest(self.nodes, self.c_raw, self.c_minp, self.c_keys, self.n_leaves,
-                                                    k, priorities, keys, raw), k)
+        try:
+            return _replace_lowest(self.nodes, self.c_raw, self.c_minp, self.c_keys, self.n_leaves, k, priorities,
+                                   keys, raw)
+        except ValueError as err:  # the selection refuses, before anything is written
+            raise ValueError(f"cannot take the {k} lowest leaves: fewer than {k} leaves are non-empty") from err
 
     def _check_k(self, k) -> int:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= self.capacity:
