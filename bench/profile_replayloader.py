@@ -6,7 +6,7 @@
 
 1. Floors: a Numba call with 1 / 4 / 8 array arguments doing nothing, a K-row gather / scatter of 128 int64
    tokens, `Generator.random(K)`.
-2. Tree: median µs of `SumTree.set / sample / pop_min` (public) and, with line_profiler, their per-line times
+2. Tree: median µs of `SumTree.set / sample / replace_min` (public) and, with line_profiler, their per-line times
    (glue vs kernel calls).
 3. Buffer: median µs of `add`, `sample`, `update` separately, and per-line times of each.
 Only the public API is required; line profiles cover whatever the methods call at the time of the run.
@@ -100,7 +100,7 @@ def floors(grid):
 
 def tree_times(grid, dtype):
     print(f"## SumTree {np.dtype(dtype).name}: public calls (median µs)\n")
-    print("| N | K | set(K) | sample(K) | pop_min(K) + set(K, mean) | step = pop+set+sample+set |")
+    print("| N | K | set(K) | sample(K) | replace_min(K, mean) | step = replace_min+sample+set |")
     print("|---|---|---|---|---|---|")
     for n, k in grid:
         rng = np.random.default_rng(0)
@@ -112,12 +112,11 @@ def tree_times(grid, dtype):
         it = iter(range(10**9))
         a = median_us(lambda: t.set(sl[next(it) % 64], pr[next(it) % 64]))
         b = median_us(lambda: t.sample(un[next(it) % 64]))
-        c = median_us(lambda: t.set(t.pop_min(k), t.total / n), reps=500) if k <= n else float("nan")
+        c = median_us(lambda: t.replace_min(k, t.total / n), reps=500) if k <= n else float("nan")
 
         def step():
             i = next(it) % 64
-            mean = t.total / n
-            t.set(t.pop_min(k), mean)
+            t.replace_min(k, t.total / n)
             t.set(t.sample(un[i]), pr[i])
         d = median_us(step, reps=500) if k <= n else float("nan")
         print(f"| {n:,} | {k} | {a:.1f} | {b:.1f} | {c:.1f} | {d:.1f} |")
@@ -188,7 +187,7 @@ def line_profiles(grid, reps):
         lp = LineProfiler()
         funcs = (_functions_of(B.ReplayBuffer, ["add", "sample", "update", "_set_weights", "_priorities",
                                                  "mean_weight"])
-                 + _functions_of(SumTree, ["set", "sample", "pop_min", "get", "total", "min_priority"])
+                 + _functions_of(SumTree, ["set", "sample", "replace_min", "get", "total", "min_priority"])
                  + _functions_of(S.Storage, ["check_batch", "write", "gather"])
                  + _functions_of(type(buf.strategy.evict), ["choose"])
                  + _functions_of(type(buf.strategy.init), ["initial_weights"])
