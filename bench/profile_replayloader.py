@@ -34,7 +34,7 @@ except ImportError:
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 from replayloader import ReplayBuffer, SumTree  # noqa: E402
-from replayloader.strategies import EvictLowest, MeanWeight, SetWeight, Strategy  # noqa: E402
+from replayloader.strategies import FIFO, EvictLowest, MaxWeight, MeanWeight, SetWeight, Strategy  # noqa: E402
 
 try:
     from line_profiler import LineProfiler
@@ -161,6 +161,64 @@ def buffer_times(grid):
     print()
 
 
+def step_floors(n, k):
+    """One whole-buffer step three ways: the public API; the buffer's own kernels called directly (no argument
+    checks or Python bookkeeping) with the data copies; the kernels alone. The gaps say where the time goes.
+
+    Reaches into the buffer's internals (`replayloader.buffer_kernels`): a profiling aid, not an API.
+    """
+    from replayloader import buffer_kernels as K
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for label, strategy in (("mean init, evict lowest", Strategy(MeanWeight(), SetWeight(), EvictLowest())),
+                            ("max init, FIFO", Strategy(MaxWeight(), SetWeight(), FIFO()))):
+        buf = ReplayBuffer(n, alpha=1.0, beta=0.4, strategy=strategy, seed=0)
+        ids = buf.add({"tokens": rng.integers(0, 30522, (n, 128), dtype=np.int64)})
+        buf.update(ids, weight=rng.uniform(0.01, 1, n))
+        toks = {"tokens": rng.integers(0, 30522, (k, 128), dtype=np.int64)}
+        pr = rng.uniform(0.01, 1, k)
+        tree, store, no_i, no_f = buf.tree, buf.storage.fields["tokens"], np.empty(0, np.int64), np.empty(0)
+        state = {"serial": buf.next_serial, "calls": buf.counters["add_calls"], "epoch": 10**6}
+
+        def kernels(with_data):
+            slots, _, _ = K.choose_slots(tree.nodes, tree.c_keys, tree.n_leaves, n, n, k, buf._evict_mode,
+                                         buf.strategy.evict.next_slot if buf._evict_mode == K.EVICT_FIFO else 0,
+                                         no_i)
+            if with_data:
+                store[slots] = toks["tokens"]
+            K.commit_add(tree.nodes, tree.c_raw, tree.c_minp, tree.c_keys, tree.n_leaves, buf.meta, buf.weights,
+                         no_f, slots, no_f, buf.mean_weight(), 1.0, state["serial"], state["calls"])
+            state["serial"] += k
+            state["calls"] += 1
+            sl, sampled_ids, *_ = K.draw_sample(tree.nodes, tree.c_minp, tree.n_leaves, buf.meta, buf.rng_state, k,
+                                                True, n, 0.4, state["calls"] - 1)
+            if with_data:
+                store.take(sl, axis=0)
+            state["epoch"] += 1
+            K.apply_feedback(tree.nodes, tree.c_raw, tree.c_minp, tree.c_keys, tree.n_leaves, buf.meta,
+                             buf.weights, no_f, sampled_ids, pr, state["serial"], state["epoch"], K.UPDATE_VALUE,
+                             0.0, 1.0)
+
+        reps = 3000 if n * k < 10**8 else 300
+        raw_data = median_us(lambda: kernels(True), reps=reps)
+        raw = median_us(lambda: kernels(False), reps=reps)
+        buf.next_serial, buf.counters["add_calls"] = state["serial"], state["calls"]
+
+        def public():
+            buf.add(toks)
+            buf.update(buf.sample(k).ids, weight=pr)
+        rows.append((label, median_us(public, reps=reps), raw_data, raw))
+        del buf, store
+        gc.collect()
+    print(f"## Whole-buffer step N={n:,} K={k}: where the time goes (median µs)\n")
+    print("| strategy | public API | kernels + data copies | kernels only |")
+    print("|---|---|---|---|")
+    for label, a, b, c in rows:
+        print(f"| {label} | {a:.1f} | {b:.1f} | {c:.1f} |")
+    print()
+
+
 def _functions_of(obj_or_cls, names):
     out = []
     for name in names:
@@ -185,8 +243,8 @@ def line_profiles(grid, reps):
         toks = [{"tokens": rng.integers(0, 30522, (k, 128), dtype=np.int64)} for _ in range(8)]
         pr = [rng.uniform(0.01, 1, k) for _ in range(64)]
         lp = LineProfiler()
-        funcs = (_functions_of(B.ReplayBuffer, ["add", "sample", "update", "_set_weights", "_priorities",
-                                                 "mean_weight"])
+        funcs = (_functions_of(B.ReplayBuffer, ["add", "sample", "update", "_update_in_kernel", "_after_update",
+                                                 "_set_weights", "mean_weight"])
                  + _functions_of(SumTree, ["set", "sample", "replace_min", "get", "total", "min_priority"])
                  + _functions_of(S.Storage, ["check_batch", "write", "gather"])
                  + _functions_of(type(buf.strategy.evict), ["choose"])
@@ -227,6 +285,8 @@ def main():
     tree_times(grid, np.float64)
     tree_times(grid, np.float32)
     buffer_times([(1000, 128), (1000000, 1024)])
+    step_floors(1000, 128)
+    step_floors(1000000, 1024)
     if not args.no_lines:
         line_profiles([(1000, 128), (1000000, 1024)], args.reps)
 
