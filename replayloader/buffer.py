@@ -21,7 +21,8 @@ from .buffer_kernels import (ADDED_AT, BAD_ID, EVICT_FIFO, EVICT_GIVEN, EVICT_LO
                              commit_add, draw_sample, first_invalid, resolve_ids, write_weights)
 from .rng import seed_state, uniforms
 from .storage import Storage, to_numpy
-from .strategies import KNOWN_FEEDBACK, EvictLowest, Eviction, FIFO, Initializer, LossDifference, Strategy, WeightUpdate
+from .strategies import (KNOWN_FEEDBACK, FIFO, EvictLowest, Eviction, GradBound, Initializer, LossDifference,
+                         Strategy, WeightUpdate)
 from .sumtree import SumTree
 
 STATE_VERSION = 2
@@ -51,7 +52,10 @@ def _check_feedback_array(name: str, value: Any, k: int) -> np.ndarray:
 
 
 def _kernel_rule(update: WeightUpdate) -> int | None:
-    """The built-in kernel rule that implements `update`, or None when only its Python `compute` can."""
+    """The built-in kernel rule that implements `update`, or None when only its Python methods can (a subclass
+    that changes how feedback becomes values or weights)."""
+    if type(update).values not in (WeightUpdate.values, GradBound.values):  # GradBound passes grad_bound= as is
+        return None
     compute = type(update).compute
     if compute is WeightUpdate.compute:
         return UPDATE_VALUE
@@ -73,8 +77,8 @@ def _overrides(obj: Any, base: type, method: str) -> bool:
     return getattr(type(obj), method) is not getattr(base, method)
 
 
-_NO_LOSSES = np.empty(0, np.float64)
-_NO_VICTIMS = np.empty(0, np.int64)
+_EMPTY_F64 = np.empty(0, np.float64)
+_EMPTY_I64 = np.empty(0, np.int64)
 
 
 class ReplayBuffer:
@@ -143,8 +147,9 @@ class ReplayBuffer:
         self._evict_mode = _kernel_eviction(evict)
         self._rule = _kernel_rule(update)
         loss_diff = self._rule in (UPDATE_LOSS_DIFF_ABS, UPDATE_LOSS_DIFF_DECREASE)
-        self._last_loss = update.last_loss if loss_diff else _NO_LOSSES
-        self._call_on_add = not loss_diff and _overrides(update, WeightUpdate, "on_add")
+        self._last_loss = update.last_loss if loss_diff else _EMPTY_F64
+        # The loss-difference kernel forgets an overwritten slot's loss itself; any other on_add runs in Python.
+        self._call_on_add = _overrides(update, LossDifference if loss_diff else WeightUpdate, "on_add")
         self._constant_init = not _overrides(init, Initializer, "initial_weights")
         self._call_observe = _overrides(init, Initializer, "observe")
         self._call_refresh = _overrides(init, Initializer, "refresh")
@@ -194,7 +199,7 @@ class ReplayBuffer:
         if weight is not None:
             if not 0.0 <= weight < np.inf:
                 raise ValueError(f"initializer {init.name!r} gave an invalid initial weight {weight!r}")
-            weights = _NO_LOSSES  # the kernel writes `weight` to every new example
+            weights = _EMPTY_F64  # the kernel writes `weight` to every new example
         else:
             weight = 0.0
             weights = np.ascontiguousarray(init.initial_weights(self, n, features), np.float64)
@@ -202,7 +207,7 @@ class ReplayBuffer:
                 raise ValueError(f"initializer {init.name!r} gave invalid initial weights {weights!r}")
         # Everything is validated: from here on the buffer changes.
         tree, evict, mode = self.tree, strategy.evict, self._evict_mode
-        victims = _NO_VICTIMS
+        victims = _EMPTY_I64
         if mode == EVICT_GIVEN and n > self.capacity - self.size:
             victims = np.ascontiguousarray(evict.choose(tree, n - (self.capacity - self.size)), np.int64)
         fifo_next = evict.next_slot if mode == EVICT_FIFO else 0
@@ -325,7 +330,7 @@ class ReplayBuffer:
         if bad >= 0:
             raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
         if values is None or len(slots) == 0:
-            return self._after_update(_NO_VICTIMS, _NO_LOSSES, stale, first)
+            return self._after_update(_EMPTY_I64, _EMPTY_F64, stale, first)
         changed, new_weights = update.compute(slots, values[pos])
         target = slots[changed]
         new_weights = np.ascontiguousarray(new_weights, np.float64)

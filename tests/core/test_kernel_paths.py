@@ -9,8 +9,8 @@ import pytest
 
 from replayloader import ReplayBuffer
 from replayloader.rng import seed_state, uniforms
-from replayloader.strategies import (FIFO, EvictLowest, GradNorm, LossDifference, MaxWeight, MeanWeight, SetWeight,
-                                     Strategy)
+from replayloader.strategies import (FIFO, EvictLowest, GradNorm, LossDifference, LossValue, MaxWeight, MeanWeight,
+                                     SetWeight, Strategy)
 
 
 class PythonLossDifference(LossDifference):
@@ -94,3 +94,24 @@ def test_generator_is_seeded_uniform_and_restartable():
     resumed = state.copy()
     head = uniforms(resumed, 40_000)  # advancing the state in place continues the same stream
     np.testing.assert_array_equal(np.concatenate([head, uniforms(resumed, 60_000)]), first)
+
+
+def test_an_update_that_transforms_its_feedback_is_not_bypassed():
+    class SquaredLoss(LossValue):
+        def values(self, feedback):
+            return feedback["loss"] ** 2
+
+    class CountingLossDifference(LossDifference):
+        def on_add(self, slots):
+            super().on_add(slots)
+            self.forgotten = getattr(self, "forgotten", 0) + len(slots)
+
+    buf = ReplayBuffer(4, strategy=Strategy(MeanWeight(), SquaredLoss(), FIFO()), seed=0)
+    ids = buf.add({"x": np.zeros((4, 1))})
+    buf.update(ids, loss=np.array([1.0, 2.0, 3.0, 0.5]))
+    np.testing.assert_allclose(buf.weights, [1.0, 4.0, 9.0, 0.25])
+    counting = CountingLossDifference()
+    buf = ReplayBuffer(4, strategy=Strategy(MeanWeight(), counting, FIFO()), seed=0)
+    buf.add({"x": np.zeros((3, 1))})
+    buf.add({"x": np.zeros((2, 1))})
+    assert counting.forgotten == 5
