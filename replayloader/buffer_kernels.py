@@ -167,17 +167,19 @@ def resolve_ids(ids, meta, next_serial, epoch, count_visits):
     """Decode ids to slots, drop stale ones, keep the last occurrence of duplicates, count visits.
 
     Returns (slots, positions in `ids`, stale count, first visits, index of the first never-issued id or -1).
-    Nothing is written unless every id was issued.
+    An id is never-issued when its serial is not yet given out, or when its slot holds an older example than
+    that serial (a slot's serial only grows). Nothing is written unless every id passes.
     """
     capacity = meta.shape[0]
     k = ids.shape[0]
     serials = np.empty(k, np.int64)
     slots = np.empty(k, np.int64)
     # Integer division costs tens of cycles; a float reciprocal gives the quotient to within one, then fix it.
+    limit = next_serial * capacity  # every issued id lies below this
     inverse = 1.0 / capacity
     for j in range(k):
         i = ids[j]
-        if i < 0:
+        if i < 0 or i >= limit:
             return np.empty(0, np.int64), np.empty(0, np.int64), 0, 0, j
         serial = np.int64(np.float64(i) * inverse)
         rest = i - serial * capacity
@@ -187,7 +189,7 @@ def resolve_ids(ids, meta, next_serial, epoch, count_visits):
         while rest >= capacity:
             serial += 1
             rest -= capacity
-        if serial >= next_serial:
+        if meta[rest, SERIAL] < serial:  # the slot never held this serial: its occupant is older (or none)
             return np.empty(0, np.int64), np.empty(0, np.int64), 0, 0, j
         serials[j] = serial
         slots[j] = rest
