@@ -3,6 +3,8 @@
 The buffer joins three parts that never see each other: the `SumTree` (slot indices and priorities), the
 `Storage` (slot indices and arrays) and the `Strategy` (weights from feedback). It owns the per-slot
 bookkeeping and validates every input before anything changes, so a rejected call leaves it exactly as it was.
+The work of each call happens in one compiled kernel (`buffer_kernels`); built-in strategy rules run there, and
+a strategy part that overrides them runs in Python with the same results.
 
 Ids: every added example gets ``id = serial * capacity + slot`` where ``serial`` counts examples ever added.
 Feedback for an id whose slot has since been refilled is stale: it is ignored and counted, never applied to
