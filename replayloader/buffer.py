@@ -21,7 +21,7 @@ import numpy as np
 from .buffer_kernels import (ADDED_AT, BAD_ID, EVICT_FIFO, EVICT_GIVEN, EVICT_LOWEST, MARK, SERIAL, UPDATE_LOSS_DIFF_ABS,
                              UPDATE_LOSS_DIFF_DECREASE, UPDATE_VALUE, VISITS, apply_feedback, choose_slots,
                              commit_add, draw_sample, first_invalid, resolve_ids, write_weights)
-from .rng import seed_state, uniforms
+from .rng import seed_state
 from .storage import Storage, to_numpy
 from .strategies import (KNOWN_FEEDBACK, FIFO, EvictLowest, Eviction, GradBound, Initializer, LossDifference,
                          Strategy, WeightUpdate)
@@ -430,7 +430,6 @@ def _warm_up() -> None:
                 ids = buf.add({"x": np.zeros((2, 1))})
                 buf.update(ids, loss=np.ones(2))
             buf.sample(2)
-    uniforms(seed_state(0), 1)
 
 
 _warm_up()

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from .rng import fill_uniforms
-from .sumtree import _descend, _set_leaves, select_lowest
+from .sumtree import _descend, _set_leaves, select_lowest, to_targets
 
 SERIAL, ADDED_AT, VISITS, MARK = 0, 1, 2, 3
 
@@ -131,14 +131,7 @@ def draw_sample(nodes, c_minp, n_leaves, meta, rng_state, k, stratified, size, b
     total = np.float64(nodes[1, 0])
     probabilities = np.empty(k, np.float64)
     if total > 0.0:
-        if stratified:
-            seg = total / k
-            for j in range(k):
-                u[j] = (j + u[j]) * seg
-        else:
-            for j in range(k):
-                u[j] *= total
-        slots = _descend(nodes, n_leaves, u)
+        slots = _descend(nodes, n_leaves, to_targets(u, total, stratified))
         for j in range(k):
             probabilities[j] = np.float64(nodes[n_leaves + slots[j], 0]) / total
         p_min = np.float64(nodes[1, c_minp]) / total if c_minp >= 0 else 0.0

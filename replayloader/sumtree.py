@@ -135,14 +135,18 @@ def _descend(nodes, n_leaves, targets):
 
 
 @njit(cache=True, nogil=True)
-def _stratified_targets(total, uniforms):
-    """One uniform draw inside each of K equal segments of the total mass."""
-    k = uniforms.shape[0]
-    out = np.empty(k, np.float64)
-    seg = total / k
-    for j in range(k):
-        out[j] = (j + uniforms[j]) * seg
-    return out
+def to_targets(u, total, stratified):
+    """Turn uniforms in [0, 1) into target masses, in place: stratified puts draw j in the j-th of K equal
+    segments of the total mass; independent spreads each draw over all of it."""
+    k = u.shape[0]
+    if stratified:
+        seg = total / k
+        for j in range(k):
+            u[j] = (j + u[j]) * seg
+    else:
+        for j in range(k):
+            u[j] *= total
+    return u
 
 
 @njit(cache=True, nogil=True)
@@ -182,7 +186,7 @@ def _warm_up(dtype: np.dtype) -> None:
     slots = np.array([0, 1], np.int64)
     _set_leaves(nodes, 3, 1, 2, 2, slots, values, values, values)
     _set_leaves_checked(nodes, -1, -1, -1, 2, 2, slots, values, values, values)
-    _descend(nodes, 2, _stratified_targets(2.0, np.array([0.5, 0.5])))
+    _descend(nodes, 2, to_targets(np.array([0.5, 0.5]), 2.0, True))
     _argmin_key(nodes, 2, 2)
     _replace_lowest(nodes, 3, 1, 2, 2, 1, values[:1], values[:1], values[:1])
     _WARM.add(dtype)
@@ -194,6 +198,10 @@ def _allocate_rows(rows: int, columns: int, dtype: np.dtype) -> np.ndarray:
     raw = np.zeros(rows * columns + 64 // itemsize, dtype)
     skip = (-raw.ctypes.data % 64) // itemsize
     return raw[skip: skip + rows * columns].reshape(rows, columns)
+
+
+def _too_few(k: int) -> ValueError:
+    return ValueError(f"cannot take the {k} lowest leaves: fewer than {k} leaves are non-empty")
 
 
 def _next_power_of_two(n: int) -> int:
@@ -299,8 +307,7 @@ class SumTree:
         total = float(self.sums[1])
         if not total > 0:
             raise ValueError("cannot sample: the total priority is 0")
-        u = np.ascontiguousarray(uniforms, np.float64)
-        targets = _stratified_targets(total, u) if stratified else u * total
+        targets = to_targets(np.array(uniforms, np.float64), total, bool(stratified))  # a copy: filled in place
         return _descend(self.nodes, self.n_leaves, targets)
 
     def argmin(self) -> int:
@@ -317,7 +324,10 @@ class SumTree:
         """
         self._need(self.keys, "min_key")
         k = self._check_k(k)
-        slots = self._lowest(lambda: select_lowest(self.nodes, self.c_keys, self.n_leaves, k), k)
+        try:
+            slots = select_lowest(self.nodes, self.c_keys, self.n_leaves, k)
+        except ValueError as err:  # the selection refuses, before anything is written
+            raise _too_few(k) from err
         leaves = slots + self.n_leaves
         if empty:
             priorities = raw = np.zeros(k, self.dtype)
@@ -345,20 +355,12 @@ class SumTree:
             return _replace_lowest(self.nodes, self.c_raw, self.c_minp, self.c_keys, self.n_leaves, k, priorities,
                                    keys, raw)
         except ValueError as err:  # the selection refuses, before anything is written
-            raise ValueError(f"cannot take the {k} lowest leaves: fewer than {k} leaves are non-empty") from err
+            raise _too_few(k) from err
 
     def _check_k(self, k) -> int:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= self.capacity:
             raise ValueError(f"k must be an integer in [0, {self.capacity}], got {k!r}")
         return int(k)
-
-    @staticmethod
-    def _lowest(select, k: int) -> np.ndarray:
-        """Run a selection of the k lowest keys; the kernel refuses (before writing) when too few are set."""
-        try:
-            return select()
-        except ValueError as err:
-            raise ValueError(f"cannot take the {k} lowest leaves: fewer than {k} leaves are non-empty") from err
 
     def clear(self) -> None:
         self.sums[:] = 0

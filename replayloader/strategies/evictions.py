@@ -47,7 +47,7 @@ class FIFO(Eviction):
 
     def choose(self, tree, k):
         slots = (self.next_slot + np.arange(k)) % tree.capacity
-        self.next_slot = int((self.next_slot + k) % tree.capacity)
+        self.advance(k, tree.capacity)
         return slots
 
     def advance(self, k: int, capacity: int) -> None:
