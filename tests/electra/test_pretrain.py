@@ -231,6 +231,26 @@ def test_every_variant_runs_a_few_steps(corpus, tmp_path):
         assert (tmp_path / variant / "losses.png").stat().st_size > 0
 
 
+@pytest.mark.parametrize("variant", ["electra", "tmr-loss_diff"])
+def test_discriminator_learns_when_replacements_are_easy(corpus, tmp_path, monkeypatch, one_torch_thread, variant):
+    """End to end through `pretrain`: with replacements drawn uniformly over the vocabulary (easy to spot), the
+    discriminator must learn to rank replaced tokens above originals. It would stay at AUC ≈ 0.5 if it saw the
+    original ids, if its labels were misaligned, or if its parameters were not stepped; this tells a broken
+    pipeline apart from a discriminator that is merely too small for a good generator's replacements."""
+    import integrations.electra.pretrain as pretrain_module
+
+    def uniform_replacements(logits):
+        return torch.randint(5, logits.shape[-1], logits.shape[:-1])
+
+    monkeypatch.setattr(pretrain_module, "gumbel_max_sample", uniform_replacements)
+    records = read_metrics(pretrain(tiny_config(corpus, tmp_path, variant=variant, steps=40, batch_size=16,
+                                                warmup_steps=5)).metrics_path)
+    first, last = records[0]["replaced_auc"], np.mean([r["replaced_auc"] for r in records[-5:]])
+    assert first < 0.65, first  # untrained: about chance
+    assert last > 0.8, (first, last)
+    assert np.mean([r["discriminator_loss"] for r in records[-5:]]) < records[0]["discriminator_loss"]
+
+
 def test_checkpoint_resume_reproduces_the_uninterrupted_run_exactly(corpus, tmp_path):
     full = pretrain(tiny_config(corpus, tmp_path / "full", steps=8, checkpoint_every=4, keep_checkpoints=5,
                                 dropout=0.1, variant="tmr-loss_diff"))
