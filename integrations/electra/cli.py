@@ -52,6 +52,10 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup-steps", type=int, default=None, help="linear warmup steps (default min(preset's: tiny 100, small/base 10k; steps/10))")
     g.add_argument("--dropout", type=float, default=None, help="dropout of both models (default: tiny 0.0, small/base 0.1)")
     g.add_argument("--seed", type=int, default=0, help="seed of init, data order, masking and the buffer")
+    g.add_argument("--replacements", default="generator",
+                   help="generator (default) or uniform: a check that the discriminator learns at all; replacements "
+                        "drawn uniformly from the vocabulary are easy to spot, so its ranking AUC should pass 0.8 "
+                        "within a few dozen steps")
     g.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: torch's; 1 is faster when other jobs share a small machine)")
     g = parser.add_argument_group("memory buffer")
@@ -132,6 +136,7 @@ def config_from_args(args: argparse.Namespace, variant: str, output_dir: str):
         buffer_size=args.buffer_size, alpha=args.alpha, beta=args.beta, grad_norm_method=args.grad_norm_method,
         seed=args.seed, device=args.device, amp=args.amp, compile=args.compile, output_dir=output_dir,
         cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every, max_lines=args.max_lines,
+        replacements=args.replacements,
         progress=not args.no_progress)
 
 

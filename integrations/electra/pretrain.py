@@ -49,6 +49,7 @@ VARIANTS: dict[str, str] = {  # variant name -> replayloader strategy name
     "tmr-linucb": "linucb",
     "tmr-loss": "loss",
 }
+REPLACEMENTS = ("generator", "uniform")  # where the discriminator's replaced tokens come from
 CHECKPOINT_FORMAT = 1
 
 
@@ -73,6 +74,9 @@ class PretrainConfig:
     discriminator_weight: float = 50.0
     mask_prob: float = 0.15
     mask_token_prob: float = 0.85  # of the masked positions; the rest keep their token (none random)
+    # "uniform": a diagnostic. Replacements are drawn uniformly from the non-special vocabulary instead of from
+    # the generator (which still trains), an easy task any working discriminator learns in a few dozen steps.
+    replacements: str = "generator"
     buffer_size: int = 1000
     alpha: float = 1.0
     beta: float | None = None
@@ -114,6 +118,8 @@ class PretrainConfig:
             (out.vocab_size >= 100, f"--vocab-size must be >= 100, got {out.vocab_size}"),
             (0 < out.mask_prob < 1, f"--mask-prob must be in (0, 1), got {out.mask_prob}"),
             (0 <= out.mask_token_prob <= 1, f"mask_token_prob must be in [0, 1], got {out.mask_token_prob}"),
+            (out.replacements in REPLACEMENTS, f"--replacements must be one of {', '.join(REPLACEMENTS)}, "
+                                               f"got {out.replacements!r}"),
             (out.buffer_size >= out.batch_size, f"--buffer-size ({out.buffer_size}) must be >= the batch size "
                                                 f"({out.batch_size})"),
             (out.alpha >= 0, f"--alpha must be >= 0, got {out.alpha}"),
@@ -196,6 +202,14 @@ def gumbel_max_sample(logits: torch.Tensor) -> torch.Tensor:
         return (logits - torch.log(-torch.log(uniform))).argmax(-1)
 
 
+def uniform_replacements(logits: torch.Tensor, special: SpecialIds) -> torch.Tensor:
+    """Token ids drawn uniformly from the vocabulary minus the special tokens, one per row of ``logits``."""
+    allowed = torch.ones(logits.shape[-1], dtype=torch.bool, device=logits.device)
+    allowed[[special.pad, special.cls, special.sep, special.mask]] = False
+    candidates = allowed.nonzero().squeeze(1)
+    return candidates[torch.randint(len(candidates), logits.shape[:-1], device=logits.device)]
+
+
 def explicit_positions(input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, T) position and segment ids (HF's default buffers have batch dim 1, which mixes ghost-norm examples)."""
     b, t = input_ids.shape
@@ -205,8 +219,10 @@ def explicit_positions(input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 
 def corrupt_batch(generator: torch.nn.Module, raw: Mapping[str, torch.Tensor], special: SpecialIds,
                   mask_prob: float = 0.15, mask_token_prob: float = 0.85,
-                  autocast: contextlib.AbstractContextManager | None = None) -> tuple[dict, dict]:
-    """Mask, run the generator (vocabulary logits at masked positions only), sample replacements.
+                  autocast: contextlib.AbstractContextManager | None = None,
+                  replacements: str = "generator") -> tuple[dict, dict]:
+    """Mask, run the generator (vocabulary logits at masked positions only), sample replacements (from the
+    generator, or uniformly from the vocabulary with ``replacements="uniform"``).
 
     Returns (examples for the buffer, aux) where aux["generator_loss"] still carries its graph. A sampled token
     equal to the original counts as original, so ``input_ids != original_ids`` are exactly the replaced tokens.
@@ -220,7 +236,7 @@ def corrupt_batch(generator: torch.nn.Module, raw: Mapping[str, torch.Tensor], s
         logits = generator.generator_lm_head(generator.generator_predictions(hidden[masked]))
     targets = input_ids[masked]
     generator_loss = F.cross_entropy(logits.float(), targets)
-    sampled = gumbel_max_sample(logits)
+    sampled = gumbel_max_sample(logits) if replacements == "generator" else uniform_replacements(logits, special)
     corrupted = input_ids.clone()
     corrupted[masked] = sampled
     examples = {"input_ids": corrupted, "original_ids": input_ids, "attention_mask": attention_mask,
@@ -236,20 +252,22 @@ class CorruptionProducer:
     """The `ReplayDataLoader` producer: next raw batch from the stream -> `corrupt_batch`, timed."""
 
     def __init__(self, generator: torch.nn.Module, stream: BatchStream, special: SpecialIds, mask_prob: float,
-                 mask_token_prob: float, autocast_factory=contextlib.nullcontext) -> None:
+                 mask_token_prob: float, autocast_factory=contextlib.nullcontext,
+                 replacements: str = "generator") -> None:
         self.generator = generator
         self.stream = stream
         self.special = special
         self.mask_prob = mask_prob
         self.mask_token_prob = mask_token_prob
         self.autocast_factory = autocast_factory
+        self.replacements = replacements
 
     def __call__(self) -> tuple[dict, dict]:
         started = time.perf_counter()
         raw = next(self.stream)
         fetched = time.perf_counter()
         examples, aux = corrupt_batch(self.generator, raw, self.special, self.mask_prob, self.mask_token_prob,
-                                      self.autocast_factory())
+                                      self.autocast_factory(), self.replacements)
         aux["data_seconds"] = fetched - started
         aux["produce_seconds"] = time.perf_counter() - started
         return examples, aux
@@ -579,7 +597,8 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     buffer = ReplayBuffer(cfg.buffer_size, alpha=cfg.alpha, beta=cfg.beta, strategy=by_name(VARIANTS[cfg.variant]),
                           seed=cfg.seed)
     feedback_key = buffer.strategy.update.feedback_key
-    producer = CorruptionProducer(generator, stream, special, cfg.mask_prob, cfg.mask_token_prob, autocast)
+    producer = CorruptionProducer(generator, stream, special, cfg.mask_prob, cfg.mask_token_prob, autocast,
+                                  cfg.replacements)
     loader = ReplayDataLoader(producer, buffer, batch_size=cfg.batch_size, steps=cfg.steps)
     ghost = GhostNorms(pair.discriminator) if feedback_key == "grad_norm" and cfg.grad_norm_method == "ghost" else None
 
