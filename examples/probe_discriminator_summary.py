@@ -1,0 +1,66 @@
+"""Summary of the discriminator probe runs in a folder (every sub-folder with a metrics.jsonl): ranking AUC of
+replaced over original tokens along training, and how far each exported discriminator's logits move when one
+word of a fixed sentence is swapped. Used by probe_discriminator.sh; `python examples/probe_discriminator_summary.py
+OUT`."""
+import json, math, sys
+from pathlib import Path
+
+out = Path(sys.argv[1])
+runs = sorted(p.parent.name for p in out.glob("*/metrics.jsonl"))
+marks = [1, 100, 250, 500, 1000, 1500]
+
+def window_mean(rows, key, step, half=25):
+    """Mean over steps within ±half of `step` (step 1: that step alone): one batch's AUC is noisy."""
+    vals = [r[key] for r in rows if (r["step"] == step if step == 1 else abs(r["step"] - step) <= half)
+            and r.get(key) is not None and not math.isnan(r[key])]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+def entropy(p):
+    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+
+print("| run | " + " | ".join(f"AUC @ {m}" for m in marks) + " | L_D, last 100 | prior entropy H(replaced share) "
+      "| replaced-token acc, last 100 |")
+print("|---|" + "---|" * (len(marks) + 3))
+for name in runs:
+    path = out / name / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.open()]
+    steps = rows[-1]["step"]
+    tail = rows[-100:]
+    mean = lambda key: sum(r[key] for r in tail) / len(tail)
+    aucs = [f"{window_mean(rows, 'replaced_auc', m):.3f}" if m <= steps else "—" for m in marks]
+    print(f"| {name} | " + " | ".join(aucs) + f" | {mean('discriminator_loss'):.3f} | "
+          f"{entropy(mean('replaced_fraction')):.3f} | {mean('replaced_accuracy'):.3f} |")
+
+# Does the trained discriminator respond to its input at all? Swap one word of a fixed sentence at a time (to
+# "the", or "of" where it is "the") and measure how far the logits move, at that token and elsewhere.
+import torch
+from transformers import AutoTokenizer, ElectraForPreTraining
+
+sentence = ("the city of paris is the capital of france and its largest city with a population of two million "
+            "people in the year")
+print("\n| run | mean abs. logit change at the swapped token | mean over swaps of the largest change elsewhere |")
+print("|---|---|---|")
+for name in runs:
+    directory = out / name / "discriminator"
+    if not directory.is_dir():
+        continue
+    model = ElectraForPreTraining.from_pretrained(str(directory)).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    ids = tokenizer(sentence, return_tensors="pt")["input_ids"]
+    n = ids.shape[1]
+    the, of = tokenizer.convert_tokens_to_ids("the"), tokenizer.convert_tokens_to_ids("of")
+
+    def logits(x):
+        with torch.no_grad():
+            return model(input_ids=x, attention_mask=torch.ones_like(x), position_ids=torch.arange(n)[None],
+                         token_type_ids=torch.zeros_like(x)).logits[0]
+
+    base = logits(ids)
+    at_token, elsewhere = [], []
+    for s in range(1, n - 1):  # not [CLS] / [SEP]
+        swapped = ids.clone()
+        swapped[0, s] = of if ids[0, s] == the else the
+        change = (logits(swapped) - base).abs()
+        at_token.append(change[s].item())
+        elsewhere.append(torch.cat([change[1:s], change[s + 1:n - 1]]).max().item())
+    print(f"| {name} | {sum(at_token) / len(at_token):.3f} | {sum(elsewhere) / len(elsewhere):.3f} |")
