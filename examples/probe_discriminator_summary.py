@@ -1,9 +1,14 @@
 """Summary of the discriminator probe runs in a folder (every sub-folder with a metrics.jsonl): ranking AUC of
 replaced over original tokens along training, and how far each exported discriminator's logits move when one
-word of a fixed sentence is swapped. Used by probe_discriminator.sh; `python examples/probe_discriminator_summary.py
-OUT`."""
-import json, math, sys
+word of a fixed sentence is swapped, and how peaked their last-layer attention is on that sentence. Used by
+probe_discriminator.sh; `python examples/probe_discriminator_summary.py OUT`."""
+import json
+import math
+import sys
 from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer, ElectraForPreTraining
 
 out = Path(sys.argv[1])
 runs = sorted(p.parent.name for p in out.glob("*/metrics.jsonl"))
@@ -32,35 +37,38 @@ for name in runs:
           f"{entropy(mean('replaced_fraction')):.3f} | {mean('replaced_accuracy'):.3f} |")
 
 # Does the trained discriminator respond to its input at all? Swap one word of a fixed sentence at a time (to
-# "the", or "of" where it is "the") and measure how far the logits move, at that token and elsewhere.
-import torch
-from transformers import AutoTokenizer, ElectraForPreTraining
-
+# "the", or "of" where it is "the") and measure how far the logits move, at that token and elsewhere. Attention
+# entropy (mean over heads and positions, last layer) shows whether attention works: log(n) means uniform.
 sentence = ("the city of paris is the capital of france and its largest city with a population of two million "
             "people in the year")
-print("\n| run | mean abs. logit change at the swapped token | mean over swaps of the largest change elsewhere |")
-print("|---|---|---|")
+print("\n| run | mean abs. logit change at the swapped token | mean over swaps of the largest change elsewhere "
+      "| last-layer attention entropy (nats) | uniform attention (nats) |")
+print("|---|---|---|---|---|")
 for name in runs:
     directory = out / name / "discriminator"
     if not directory.is_dir():
         continue
-    model = ElectraForPreTraining.from_pretrained(str(directory)).eval()
+    model = ElectraForPreTraining.from_pretrained(str(directory), attn_implementation="eager").eval()
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
     ids = tokenizer(sentence, return_tensors="pt")["input_ids"]
     n = ids.shape[1]
     the, of = tokenizer.convert_tokens_to_ids("the"), tokenizer.convert_tokens_to_ids("of")
 
-    def logits(x):
+    def forward(x, attentions=False):
         with torch.no_grad():
             return model(input_ids=x, attention_mask=torch.ones_like(x), position_ids=torch.arange(n)[None],
-                         token_type_ids=torch.zeros_like(x)).logits[0]
+                         token_type_ids=torch.zeros_like(x), output_attentions=attentions)
 
-    base = logits(ids)
+    first = forward(ids, attentions=True)
+    base = first.logits[0]
+    last_layer = first.attentions[-1][0]  # (heads, n, n), rows sum to 1
+    attention_entropy = -(last_layer * last_layer.clamp_min(1e-12).log()).sum(-1).mean().item()
     at_token, elsewhere = [], []
     for s in range(1, n - 1):  # not [CLS] / [SEP]
         swapped = ids.clone()
         swapped[0, s] = of if ids[0, s] == the else the
-        change = (logits(swapped) - base).abs()
+        change = (forward(swapped).logits[0] - base).abs()
         at_token.append(change[s].item())
         elsewhere.append(torch.cat([change[1:s], change[s + 1:n - 1]]).max().item())
-    print(f"| {name} | {sum(at_token) / len(at_token):.3f} | {sum(elsewhere) / len(elsewhere):.3f} |")
+    print(f"| {name} | {sum(at_token) / len(at_token):.3f} | {sum(elsewhere) / len(elsewhere):.3f} "
+          f"| {attention_entropy:.2f} | {math.log(n):.2f} |")

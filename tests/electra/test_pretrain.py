@@ -246,7 +246,7 @@ def test_uniform_replacements_avoid_special_tokens_and_cover_the_rest():
 def test_discriminator_learns_when_replacements_are_easy(corpus, tmp_path, one_torch_thread, variant):
     """End to end through `pretrain`: with replacements drawn uniformly over the vocabulary (easy to spot), the
     discriminator must learn to rank replaced tokens above originals. It stays at AUC ≈ 0.5 if it sees the
-    original ids (measured: 0.52), if its labels are misaligned, or if its parameters are not stepped; this tells
+    original ids (checked once with that bug put in), if its labels are misaligned, or if its parameters are not stepped; this tells
     a broken pipeline apart from a discriminator that is merely too small for a good generator's replacements."""
     records = read_metrics(pretrain(tiny_config(corpus, tmp_path, variant=variant, steps=40, batch_size=16,
                                                 warmup_steps=5, replacements="uniform")).metrics_path)
