@@ -165,9 +165,9 @@ def step_floors(n, k):
     """One whole-buffer step three ways: the public API; the buffer's own kernels called directly (no argument
     checks or Python bookkeeping) with the data copies; the kernels alone. The gaps say where the time goes.
 
-    Reaches into the buffer's internals (`replayloader.buffer_kernels`): a profiling aid, not an API.
+    Reaches into the buffer's internals (`replayloader.kernels.buffer`): a profiling aid, not an API.
     """
-    from replayloader import buffer_kernels as K
+    from replayloader.kernels import buffer as K
 
     rng = np.random.default_rng(0)
     rows = []
@@ -178,27 +178,27 @@ def step_floors(n, k):
         buf.update(ids, weight=rng.uniform(0.01, 1, n))
         toks = {"tokens": rng.integers(0, 30522, (k, 128), dtype=np.int64)}
         pr = rng.uniform(0.01, 1, k)
-        tree, store, no_i, no_f = buf.tree, buf.storage.fields["tokens"], np.empty(0, np.int64), np.empty(0)
+        tree, store, no_f = buf.tree, buf.storage.fields["tokens"], np.empty(0)
+        evict = buf.strategy.evict
         state = {"serial": buf.next_serial, "calls": buf.counters["add_calls"], "epoch": 10**6}
 
         def kernels(with_data):
-            slots, _, _ = K.choose_slots(tree.nodes, tree.c_keys, tree.n_leaves, n, n, k, buf._evict_mode,
-                                         buf.strategy.evict.next_slot if buf._evict_mode == K.EVICT_FIFO else 0,
-                                         no_i)
+            victims = evict.choose(tree, k)
+            slots, _, _ = K.place(n, n, k, victims)
             if with_data:
                 store[slots] = toks["tokens"]
-            K.commit_add(tree.nodes, tree.c_raw, tree.c_minp, tree.c_keys, tree.n_leaves, buf.meta, buf.weights,
-                         no_f, slots, no_f, buf.mean_weight(), 1.0, state["serial"], state["calls"])
+            evict.commit(tree, victims)
+            K.commit_add(tree.nodes, tree.layout, buf.meta, buf.weights, slots, no_f, buf.mean_weight(), 1.0,
+                         state["serial"], state["calls"])
             state["serial"] += k
             state["calls"] += 1
-            sl, sampled_ids, *_ = K.draw_sample(tree.nodes, tree.c_minp, tree.n_leaves, buf.meta, buf.rng_state, k,
-                                                True, n, 0.4, state["calls"] - 1)
+            sl, sampled_ids, *_ = K.draw_sample(tree.nodes, tree.layout, buf.meta, buf.rng_state, k, True, n, 0.4,
+                                                state["calls"] - 1)
             if with_data:
                 store.take(sl, axis=0)
             state["epoch"] += 1
-            K.apply_feedback(tree.nodes, tree.c_raw, tree.c_minp, tree.c_keys, tree.n_leaves, buf.meta,
-                             buf.weights, no_f, sampled_ids, pr, state["serial"], state["epoch"], K.UPDATE_VALUE,
-                             0.0, 1.0)
+            slots, values, *_ = K.resolve_ids(sampled_ids, pr, buf.meta, state["serial"], state["epoch"], True)
+            K.write_weights(tree.nodes, tree.layout, buf.weights, slots, values, 1.0)
 
         reps = 3000 if n * k < 10**8 else 300
         raw_data = median_us(lambda: kernels(True), reps=reps)

@@ -3,8 +3,9 @@
 The buffer joins three parts that never see each other: the `SumTree` (slot indices and priorities), the
 `Storage` (slot indices and arrays) and the `Strategy` (weights from feedback). It owns the per-slot
 bookkeeping and validates every input before anything changes, so a rejected call leaves it exactly as it was.
-The work of each call happens in one compiled kernel (`buffer_kernels`); built-in strategy rules run there, and
-a strategy part that overrides them runs in Python with the same results.
+The buffer coordinates and knows no concrete strategy: each call validates, runs the generic bookkeeping in a
+compiled kernel (`kernels.buffer`), and asks the strategy parts for their decisions through their methods
+(whose rules are kernels of their own).
 
 Ids: every added example gets ``id = serial * capacity + slot`` where ``serial`` counts examples ever added.
 Feedback for an id whose slot has since been refilled is stale: it is ignored and counted, never applied to
@@ -18,16 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from .buffer_kernels import (ADDED_AT, BAD_ID, EVICT_FIFO, EVICT_GIVEN, EVICT_LOWEST, MARK, SERIAL, UPDATE_LOSS_DIFF_ABS,
-                             UPDATE_LOSS_DIFF_DECREASE, UPDATE_VALUE, VISITS, apply_feedback, choose_slots,
-                             commit_add, draw_sample, first_invalid, resolve_ids, write_weights)
-from .rng import seed_state
+from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_add, draw_sample, first_invalid,
+                             place, resolve_ids, write_weights)
+from .kernels.rng import seed_state
 from .storage import Storage, to_numpy
-from .strategies import (KNOWN_FEEDBACK, FIFO, EvictLowest, Eviction, GradBound, Initializer, LossDifference,
-                         Strategy, WeightUpdate)
+from .strategies import KNOWN_FEEDBACK, Strategy
 from .sumtree import SumTree
 
 STATE_VERSION = 2
+_ARRAY_FEEDBACK = ("logits", "targets", "mask")  # per-example arrays of any shape, read by the update itself
 
 
 @dataclass
@@ -42,41 +42,47 @@ class Sample:
     ages: np.ndarray | None = None
 
 
-def _check_feedback_array(name: str, value: Any, k: int) -> np.ndarray:
-    arr = to_numpy(value, name)
+def _feedback_array(name: str, value: Any, k: int) -> np.ndarray:
+    """One value per id, as contiguous float64 (its values are checked by `_check_values` or the kernel)."""
+    arr = value if type(value) is np.ndarray else to_numpy(value, name)
     if arr.shape != (k,):
         raise ValueError(f"{name} must have shape ({k},) to match ids, got {arr.shape}")
-    arr = np.ascontiguousarray(arr, np.float64)
-    bad = first_invalid(arr)
-    if bad >= 0:
-        raise ValueError(f"{name} must be finite and >= 0; {name}[{bad}] = {float(arr[bad])}")
+    if arr.dtype != np.float64 or not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr, np.float64)
     return arr
 
 
-def _kernel_rule(update: WeightUpdate) -> int | None:
-    """The built-in kernel rule that implements `update`, or None when only its Python methods can (a subclass
-    that changes how feedback becomes values or weights)."""
-    if type(update).values not in (WeightUpdate.values, GradBound.values):  # GradBound passes grad_bound= as is
-        return None
-    compute = type(update).compute
-    if compute is WeightUpdate.compute:
-        return UPDATE_VALUE
-    if compute is LossDifference.compute:
-        return UPDATE_LOSS_DIFF_ABS if update.mode == "abs" else UPDATE_LOSS_DIFF_DECREASE
-    return None
+def _invalid_value(name: str, values: np.ndarray, bad: int) -> ValueError:
+    return ValueError(f"{name} must be finite and >= 0; {name}[{bad}] = {float(values[bad])}")
 
 
-def _kernel_eviction(evict: Eviction) -> int:
-    choose = type(evict).choose
-    if choose is EvictLowest.choose:
-        return EVICT_LOWEST
-    if choose is FIFO.choose:
-        return EVICT_FIFO
-    return EVICT_GIVEN
+class BufferReadView:
+    """What strategy parts may read of a buffer (the `strategies.BufferView` protocol), read-only."""
 
+    __slots__ = ("_buffer", "weights", "visits")
 
-def _overrides(obj: Any, base: type, method: str) -> bool:
-    return getattr(type(obj), method) is not getattr(base, method)
+    def __init__(self, buffer: "ReplayBuffer") -> None:
+        self._buffer = buffer
+        self.weights = buffer.weights.view()
+        self.weights.flags.writeable = False
+        self.visits = buffer.meta[:, VISITS]  # a strided view; copy-on-read is the reader's business
+        self.visits = self.visits.view()
+        self.visits.flags.writeable = False
+
+    @property
+    def capacity(self) -> int:
+        return self._buffer.capacity
+
+    @property
+    def size(self) -> int:
+        return self._buffer.size
+
+    @property
+    def features(self) -> np.ndarray | None:
+        return self._buffer.features
+
+    def mean_weight(self) -> float:
+        return self._buffer.mean_weight()
 
 
 _EMPTY_F64 = np.empty(0, np.float64)
@@ -141,21 +147,8 @@ class ReplayBuffer:
         self.counters = {"add_calls": 0, "added": 0, "evicted": 0, "sample_calls": 0, "sampled": 0,
                          "updated": 0, "stale_feedback": 0, "first_visits": 0, "sampled_age_sum": 0}
         self.strategy.update.bind(self.capacity)
-        self._plan_kernels()
-
-    def _plan_kernels(self) -> None:
-        """Decide once which strategy parts the kernels run and which Python hooks still need calling."""
-        init, update, evict = self.strategy.init, self.strategy.update, self.strategy.evict
-        self._evict_mode = _kernel_eviction(evict)
-        self._rule = _kernel_rule(update)
-        loss_diff = self._rule in (UPDATE_LOSS_DIFF_ABS, UPDATE_LOSS_DIFF_DECREASE)
-        self._last_loss = update.last_loss if loss_diff else _EMPTY_F64
-        # The loss-difference kernel forgets an overwritten slot's loss itself; any other on_add runs in Python.
-        self._call_on_add = _overrides(update, LossDifference if loss_diff else WeightUpdate, "on_add")
-        self._constant_init = not _overrides(init, Initializer, "initial_weights")
-        self._call_observe = _overrides(init, Initializer, "observe")
-        self._call_refresh = _overrides(init, Initializer, "refresh")
-        self._beta_arg = -1.0 if self.beta is None else self.beta
+        self.view = BufferReadView(self)
+        self._beta_arg = -1.0 if self.beta is None else self.beta  # the kernel's "no importance weights"
         self._stratified = self.sampling == "stratified"
 
     # ------------------------------------------------------------------ views used by strategies
@@ -187,60 +180,67 @@ class ReplayBuffer:
             raise ValueError("batch must hold at least one example, got 0")
         if n > self.capacity:
             raise ValueError(f"batch of {n} examples does not fit a buffer of capacity {self.capacity}")
-        strategy = self.strategy
-        init = strategy.init
-        features = None
-        if init.feature_based:
-            features = np.asarray(init.featurize(batch), np.float64)
-            if features.ndim != 2 or len(features) != n:
-                raise ValueError(f"features must have shape ({n}, d), got {features.shape}")
-            if self.features is not None and features.shape[1] != self.features.shape[1]:
-                raise ValueError(f"features have {features.shape[1]} columns, earlier adds had "
-                                 f"{self.features.shape[1]}")
-        weight = init.constant_weight(self) if self._constant_init else None
-        if weight is not None:
-            if not 0.0 <= weight < np.inf:
-                raise ValueError(f"initializer {init.name!r} gave an invalid initial weight {weight!r}")
-            weights = _EMPTY_F64  # the kernel writes `weight` to every new example
-        else:
-            weight = 0.0
-            weights = np.ascontiguousarray(init.initial_weights(self, n, features), np.float64)
-            if weights.shape != (n,) or first_invalid(weights) >= 0:
-                raise ValueError(f"initializer {init.name!r} gave invalid initial weights {weights!r}")
-        # Everything is validated: from here on the buffer changes.
-        tree, evict, mode = self.tree, strategy.evict, self._evict_mode
+        init, evict = self.strategy.init, self.strategy.evict
+        features = self._new_features(batch, n) if init.feature_based else None
+        weight, weights = self._initial_weights(n, features)
+        n_evicted = max(0, n - (self.capacity - self.size))
         victims = _EMPTY_I64
-        if mode == EVICT_GIVEN and n > self.capacity - self.size:
-            victims = np.ascontiguousarray(evict.choose(tree, n - (self.capacity - self.size)), np.int64)
-        fifo_next = evict.next_slot if mode == EVICT_FIFO else 0
-        slots, evicted, run_start = choose_slots(tree.nodes, tree.c_keys, tree.n_leaves, self.size, self.capacity, n, mode,
-                                                 fifo_next, victims)
+        if n_evicted:
+            victims = np.ascontiguousarray(evict.choose(self.tree, n_evicted), np.int64)
+            if victims.shape != (n_evicted,):
+                raise ValueError(f"eviction {evict.name!r} chose {victims.shape} slots, expected ({n_evicted},)")
+        slots, run_start, bad = place(self.meta, self.size, n, victims, -2 - self.counters["add_calls"])
+        if bad >= 0:
+            raise ValueError(f"eviction {evict.name!r} chose slot {victims[bad]}, which is not a distinct "
+                             f"stored example (size {self.size})")
+        # Everything is validated; the storage write is the last step that can still refuse the batch.
         self.storage.write(slots, batch, run_start)
-        if evicted and mode == EVICT_FIFO:
-            evict.advance(evicted, self.capacity)
+        # From here on the buffer changes.
+        evict.commit(self.tree, victims)
         if features is not None:
             if self.features is None:
                 self.features = np.zeros((self.capacity, features.shape[1]))
             self.features[slots] = features
         counters = self.counters
-        ids = commit_add(tree.nodes, tree.c_raw, tree.c_minp, tree.c_keys, tree.n_leaves, self.meta, self.weights,
-                         self._last_loss, slots, weights, weight, self.alpha, self.next_serial,
-                         counters["add_calls"])
-        if self._call_on_add:
-            strategy.update.on_add(slots)
+        tree = self.tree
+        ids = commit_add(tree.nodes, tree.layout, self.meta, self.weights, slots, weights, weight, self.alpha,
+                         self.next_serial, counters["add_calls"])
+        self.strategy.update.on_add(slots)
         self.next_serial += n
-        self.size += n - evicted
+        self.size += n - n_evicted
         self.last_add_slots = slots
         counters["add_calls"] += 1
         counters["added"] += n
-        counters["evicted"] += evicted
+        counters["evicted"] += n_evicted
         return ids
+
+    def _new_features(self, batch: Mapping[str, Any], n: int) -> np.ndarray:
+        features = np.asarray(self.strategy.init.featurize(batch), np.float64)
+        if features.ndim != 2 or len(features) != n:
+            raise ValueError(f"features must have shape ({n}, d), got {features.shape}")
+        if self.features is not None and features.shape[1] != self.features.shape[1]:
+            raise ValueError(f"features have {features.shape[1]} columns, earlier adds had "
+                             f"{self.features.shape[1]}")
+        return features
+
+    def _initial_weights(self, n: int, features: np.ndarray | None) -> tuple[float, np.ndarray]:
+        """The initializer's answer as (one weight for all, empty) or (unused, one weight each), checked."""
+        init = self.strategy.init
+        given = init.initial_weights(self.view, n, features)
+        if type(given) is float or np.ndim(given) == 0:
+            weight = float(given)
+            if not 0.0 <= weight < np.inf:
+                raise ValueError(f"initializer {init.name!r} gave an invalid initial weight {given!r}")
+            return weight, _EMPTY_F64
+        weights = np.ascontiguousarray(given, np.float64)
+        if weights.shape != (n,) or first_invalid(weights) >= 0:
+            raise ValueError(f"initializer {init.name!r} gave invalid initial weights {weights!r}")
+        return 0.0, weights
 
     def _set_weights(self, slots: np.ndarray, weights: np.ndarray) -> None:
         """Record raw weights; the tree gets priorities (w^alpha), eviction keys and raw sums (w)."""
-        tree = self.tree
-        write_weights(tree.nodes, tree.c_raw, tree.c_minp, tree.c_keys, tree.n_leaves, self.weights,
-                      np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(weights, np.float64), self.alpha)
+        write_weights(self.tree.nodes, self.tree.layout, self.weights, np.ascontiguousarray(slots, np.int64),
+                      np.ascontiguousarray(weights, np.float64), self.alpha)
 
     # ------------------------------------------------------------------ sample
     def sample(self, k: int) -> Sample:
@@ -266,7 +266,7 @@ class ReplayBuffer:
         else:
             tree = self.tree
             slots, ids, probabilities, weights, ages, age_sum = draw_sample(
-                tree.nodes, tree.c_minp, tree.n_leaves, self.meta, self.rng_state, int(k), self._stratified, self.size,
+                tree.nodes, tree.layout, self.meta, self.rng_state, int(k), self._stratified, self.size,
                 self._beta_arg, last_add)
             if self.beta is None:
                 weights = None
@@ -279,7 +279,8 @@ class ReplayBuffer:
     def update(self, ids: Any, **feedback: Any) -> int:
         """Apply per-example feedback (e.g. ``loss=``) to the examples of ``ids``; returns how many changed.
 
-        Stale ids are skipped and counted; a duplicated id counts once, with its last value.
+        Every keyword is validated; the strategy's update reads the ones it needs. Stale ids are skipped and
+        counted; a duplicated id counts once, with its last value.
         """
         if not (type(ids) is np.ndarray and ids.dtype == np.int64 and ids.ndim == 1 and ids.size
                 and ids.flags.c_contiguous):
@@ -289,71 +290,51 @@ class ReplayBuffer:
                                  f"shape {ids.shape}")
             ids = np.ascontiguousarray(ids, np.int64)
         update = self.strategy.update
-        key = update.feedback_key
-        if self._rule is not None and len(feedback) == 1 and key in feedback:
-            return self._update_in_kernel(ids, key, feedback[key])
-        return self._update_in_python(ids, feedback)
-
-    def _update_in_kernel(self, ids: np.ndarray, key: str, value: Any) -> int:
-        """The built-in update rules: validation, id resolution and the weight write in one kernel call."""
-        values = value if type(value) is np.ndarray else to_numpy(value, key)
-        if values.shape != ids.shape:
-            raise ValueError(f"{key} must have shape ({len(ids)},) to match ids, got {values.shape}")
-        if values.dtype != np.float64 or not values.flags.c_contiguous:
-            values = np.ascontiguousarray(values, np.float64)
-        self._epoch += 1
-        tree = self.tree
-        status, bad, stale, first, slots, new_weights = apply_feedback(
-            tree.nodes, tree.c_raw, tree.c_minp, tree.c_keys, tree.n_leaves, self.meta, self.weights, self._last_loss, ids,
-            values, self.next_serial, self._epoch, self._rule, self.strategy.update.floor, self.alpha)
-        if status == BAD_ID:
-            raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
-        if status:
-            raise ValueError(f"{key} must be finite and >= 0; {key}[{bad}] = {float(values[bad])}")
-        return self._after_update(slots, new_weights, stale, first)
-
-    def _update_in_python(self, ids: np.ndarray, feedback: Mapping[str, Any]) -> int:
-        """Any update: feedback validated here, new weights from the strategy's `compute`."""
-        checked = {}
+        arrays = {}
         for name, value in feedback.items():
-            if name not in KNOWN_FEEDBACK:
-                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
-            if name in ("logits", "targets", "mask"):
-                checked[name] = to_numpy(value, name)
+            if name in _ARRAY_FEEDBACK:
+                arrays[name] = to_numpy(value, name)
+            elif name in KNOWN_FEEDBACK:
+                arrays[name] = _feedback_array(name, value, len(ids))
             else:
-                checked[name] = _check_feedback_array(name, value, len(ids))
-        update = self.strategy.update
-        values = update.values(checked)
-        if values is not None and not any(values is v for v in checked.values()):  # derived, e.g. from logits
-            values = _check_feedback_array(update.feedback_key or "feedback", values, len(ids))
+                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
+        values = update.values(arrays)
+        source = update.feedback_key or "feedback"  # what an invalid value is called in the error
+        for name, array in arrays.items():
+            if array is values:
+                source = name
+            elif name not in _ARRAY_FEEDBACK:  # a keyword this update does not read is still checked
+                bad = first_invalid(array)
+                if bad >= 0:
+                    raise _invalid_value(name, array, bad)
+        if values is not None and source not in arrays:  # derived by the update, e.g. from logits
+            values = _feedback_array(source, values, len(ids))
         self._epoch += 1
-        slots, pos, stale, first, bad = resolve_ids(ids, self.meta, self.next_serial, self._epoch,
-                                                    values is not None)
-        if bad >= 0:
+        status, bad, slots, slot_values, stale, first = resolve_ids(
+            ids, _EMPTY_F64 if values is None else values, self.meta, self.next_serial, self._epoch,
+            values is not None)
+        if status == BAD_VALUE:
+            raise _invalid_value(source, values, bad)
+        if status:
             raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
-        if values is None or len(slots) == 0:
-            return self._after_update(_EMPTY_I64, _EMPTY_F64, stale, first)
-        changed, new_weights = update.compute(slots, values[pos])
-        target = slots[changed]
-        new_weights = np.ascontiguousarray(new_weights, np.float64)
-        if len(target):
-            self._set_weights(target, new_weights)
-        return self._after_update(target, new_weights, stale, first)
-
-    def _after_update(self, slots: np.ndarray, new_weights: np.ndarray, stale: int, first: int) -> int:
-        """Initializer hooks (learning from the new weights, re-scoring unsampled examples) and counters."""
+        target, new_weights = _EMPTY_I64, _EMPTY_F64
+        if values is not None and len(slots):
+            changed, new_weights = update.compute(slots, slot_values)
+            target = slots[changed]
+            new_weights = np.ascontiguousarray(new_weights, np.float64)
+            if len(target):
+                write_weights(self.tree.nodes, self.tree.layout, self.weights, target, new_weights, self.alpha)
         init = self.strategy.init
-        if self._call_observe and len(slots):
-            init.observe(self, slots, new_weights)
-        if self._call_refresh:
-            refreshed = init.refresh(self)
-            if refreshed is not None:
-                self._set_weights(*refreshed)
+        if len(target):
+            init.observe(self.view, target, new_weights)
+        refreshed = init.refresh(self.view)
+        if refreshed is not None:
+            self._set_weights(*refreshed)
         counters = self.counters
         counters["stale_feedback"] += stale
         counters["first_visits"] += first
-        counters["updated"] += len(slots)
-        return len(slots)
+        counters["updated"] += len(target)
+        return len(target)
 
     # ------------------------------------------------------------------ introspection
     def stats(self) -> dict[str, float]:
@@ -401,7 +382,7 @@ class ReplayBuffer:
             raise ValueError(f"checkpoint rng state must be 4 uint64 words, got dtype {rng.dtype} shape {rng.shape}")
         self.size = int(state["size"])
         self.next_serial = int(state["next_serial"])
-        self.weights = np.array(state["weights"], np.float64)
+        self.weights[:] = np.asarray(state["weights"], np.float64)  # in place: the read view keeps pointing here
         self.meta[:, SERIAL] = state["slot_serial"]
         self.meta[:, ADDED_AT] = state["added_at_call"]
         self.meta[:, VISITS] = state["visits"]
@@ -413,23 +394,9 @@ class ReplayBuffer:
         self.strategy.update.bind(self.capacity)
         self.strategy.load_state_dict(state["strategy"])
         self.storage.load_state_dict(state["storage"])
-        self._plan_kernels()
         self.tree.clear()
         live = np.arange(self.size, dtype=np.int64)
         live_weights = self.weights[: self.size].copy()
         self._set_weights(live, live_weights)
         self._epoch = 0
 
-
-def _warm_up() -> None:
-    """Compile (or load from the cache) the kernels for both tree dtypes, so the first real call pays nothing."""
-    for dtype in (np.float64, np.float32):
-        for strategy in (Strategy(), Strategy(evict=FIFO())):
-            buf = ReplayBuffer(4, alpha=0.5, beta=0.4, strategy=strategy, seed=0, tree_dtype=dtype)
-            for _ in range(3):
-                ids = buf.add({"x": np.zeros((2, 1))})
-                buf.update(ids, loss=np.ones(2))
-            buf.sample(2)
-
-
-_warm_up()

@@ -1,195 +1,13 @@
-"""Sum tree with optional min trees and a raw-weight sum, interleaved in one node array, with Numba kernels.
-
-Layout: a 1-indexed binary heap over ``P`` leaves (``P`` = capacity rounded up to a power of two). Node ``i``
-has children ``2i`` and ``2i+1``; the leaf of slot ``s`` is node ``P + s``. Every tracked quantity of a node sits
-side by side in one row of ``nodes`` (shape ``(2P, R)``, R in 1, 2, 4, rows 64-byte aligned), so the two
-children of a node, with all their quantities, share one cache line: recomputing a parent's sum and minima
-costs one memory access, not one per quantity. (Measured against one array per quantity: writes are about
-twice as fast, sampling slower on a warm cache; with the cache cold, as in a training step that moves data
-between calls, the interleaved layout wins overall.) Columns:
-
-* sum (column 0, always): sampling priorities; a parent is the sum of its children.
-* min_priority: the priorities again, 0 (never sampled) read as +inf; the root is the smallest positive
-  priority, which importance weights need (P_min).
-* min_key: eviction keys (raw weights, or anything the caller ranks by); the root is the smallest key, and the
-  k smallest are found in O(k log(N/k)) (`minselect`). Empty leaves hold +inf, so they are never evicted.
-* raw_sum: a second sum, of raw weights (before the alpha power), so a mean weight is exact.
-
-Kernels take ``nodes`` and the column of each optional quantity (-1 when untracked). Every write recomputes
-ancestors from their children instead of adding deltas, so the tree never drifts.
+"""SumTree: sampling priorities with O(log N) set / sample, optional min trees (P_min, argmin for eviction) and
+a raw-weight sum. The arrays and their layout are described in `kernels.tree`, which holds the Numba kernels;
+this class owns the arrays and validates input.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-from .minselect import select_min_keys
-
-_INF = np.inf
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _recompute(nodes, i, c_raw, c_minp, c_keys):
-    """Node i from its two children, every tracked column."""
-    a, b = 2 * i, 2 * i + 1
-    nodes[i, 0] = nodes[a, 0] + nodes[b, 0]
-    if c_raw >= 0:
-        nodes[i, c_raw] = nodes[a, c_raw] + nodes[b, c_raw]
-    if c_minp >= 0:
-        nodes[i, c_minp] = min(nodes[a, c_minp], nodes[b, c_minp])
-    if c_keys >= 0:
-        nodes[i, c_keys] = min(nodes[a, c_keys], nodes[b, c_keys])
-
-
-@njit(cache=True, nogil=True)
-def _ascend(nodes, c_raw, c_minp, c_keys, n_leaves, slots):
-    """Recompute every ancestor of `slots`, in three regimes measured to be fastest in turn:
-
-    * levels wider than 2K, where walks rarely meet: walk by walk to the top of that band, with no bookkeeping
-      between levels (a node shared by two walks is recomputed by the later one, after the earlier one changed
-      what lies under it, so the result is exact);
-    * narrower levels where the walks are still sparse: level by level, each shared node once;
-    * once the walks cover a good part of a level: that level and all above it whole, a contiguous pass.
-    """
-    k = slots.shape[0]
-    if k == 0 or n_leaves == 1:  # nothing written, or the single leaf is the root
-        return
-    top = n_leaves >> 1  # the level width where walking one by one stops
-    while top > 2 * k:
-        top >>= 1
-    up = np.empty(k, np.int64)
-    for j in range(k):
-        i = (slots[j] + n_leaves) >> 1
-        while i >= 2 * top:
-            _recompute(nodes, i, c_raw, c_minp, c_keys)
-            i >>= 1
-        up[j] = i
-    seen = np.zeros(top, np.int64)  # seen[i - width] == width: node i was done on the level of that width
-    active = k
-    width = top  # the current level's nodes are [width, 2 * width)
-    while width >= 1 and width > 2 * active:
-        kept = 0
-        for j in range(active):
-            i = up[j]
-            if seen[i - width] == width:
-                continue
-            seen[i - width] = width
-            _recompute(nodes, i, c_raw, c_minp, c_keys)
-            up[kept] = i >> 1
-            kept += 1
-        active = kept
-        width >>= 1
-    while width >= 1:  # whole levels from here to the root
-        for i in range(width, 2 * width):
-            _recompute(nodes, i, c_raw, c_minp, c_keys)
-        width >>= 1
-
-
-@njit(cache=True, nogil=True)
-def _set_leaves(nodes, c_raw, c_minp, c_keys, n_leaves, slots, priorities, new_keys, new_raw):
-    """Write leaves (in order, so a duplicated slot keeps its last value), then recompute ancestors."""
-    for j in range(slots.shape[0]):
-        i = slots[j] + n_leaves
-        p = priorities[j]
-        nodes[i, 0] = p
-        if c_raw >= 0:
-            nodes[i, c_raw] = new_raw[j]
-        if c_minp >= 0:
-            nodes[i, c_minp] = p if p > 0 else _INF
-        if c_keys >= 0:
-            nodes[i, c_keys] = new_keys[j]
-    _ascend(nodes, c_raw, c_minp, c_keys, n_leaves, slots)
-
-
-@njit(cache=True, nogil=True)
-def _set_leaves_checked(nodes, c_raw, c_minp, c_keys, n_leaves, capacity, slots, priorities, new_keys, new_raw):
-    """`_set_leaves` after checking every slot lies in [0, capacity); returns the first bad index (nothing
-    written) or -1."""
-    for j in range(slots.shape[0]):
-        if slots[j] < 0 or slots[j] >= capacity:
-            return j
-    _set_leaves(nodes, c_raw, c_minp, c_keys, n_leaves, slots, priorities, new_keys, new_raw)
-    return -1
-
-
-@njit(cache=True, nogil=True)
-def _descend(nodes, n_leaves, targets):
-    """Find, for each target mass, the leaf whose cumulative range holds it.
-
-    Never enters a subtree of zero mass, so a leaf of priority 0 (or an empty slot past the end) is never
-    returned, even when rounding pushes a target to or past an edge. The K walks go down level by level
-    together (their loads overlap), and the left/right choice is arithmetic, not a branch: with fresh
-    uniforms each call, a branch would be mispredicted half the time.
-    """
-    k = targets.shape[0]
-    at = np.ones(k, np.int64)
-    u = targets.copy()
-    while at[0] < n_leaves:
-        for j in range(k):
-            left = 2 * at[j]
-            mass_left = nodes[left, 0]
-            go_right = ((u[j] >= mass_left) | (mass_left <= 0.0)) & (nodes[left + 1, 0] > 0.0)
-            u[j] -= mass_left * go_right
-            at[j] = left + go_right
-    return at - n_leaves
-
-
-@njit(cache=True, nogil=True)
-def to_targets(u, total, stratified):
-    """Turn uniforms in [0, 1) into target masses, in place: stratified puts draw j in the j-th of K equal
-    segments of the total mass; independent spreads each draw over all of it."""
-    k = u.shape[0]
-    if stratified:
-        seg = total / k
-        for j in range(k):
-            u[j] = (j + u[j]) * seg
-    else:
-        for j in range(k):
-            u[j] *= total
-    return u
-
-
-@njit(cache=True, nogil=True)
-def _argmin_key(nodes, c_keys, n_leaves):
-    i = 1
-    while i < n_leaves:
-        left = 2 * i
-        i = left if nodes[left, c_keys] <= nodes[left + 1, c_keys] else left + 1
-    return i - n_leaves
-
-
-@njit(cache=True, nogil=True)
-def select_lowest(nodes, c_keys, n_leaves, k):
-    """The k non-empty slots of lowest key in (key, slot) order; reads only. Raises if fewer than k exist."""
-    return select_min_keys(nodes[:, c_keys], n_leaves, k)
-
-
-@njit(cache=True, nogil=True)
-def _replace_lowest(nodes, c_raw, c_minp, c_keys, n_leaves, k, priorities, new_keys, new_raw):
-    """Overwrite the k lowest-key leaves with new values in one pass; returns their slots in (key, slot)
-    order. Raises (nothing written) when fewer than k leaves are non-empty."""
-    slots = select_lowest(nodes, c_keys, n_leaves, k)
-    _set_leaves(nodes, c_raw, c_minp, c_keys, n_leaves, slots, priorities, new_keys, new_raw)
-    return slots
-
-
-_WARM: set = set()
-
-
-def _warm_up(dtype: np.dtype) -> None:
-    """Run every kernel once per dtype so compilation (or the on-disk cache load) happens here, not at step 1."""
-    if dtype in _WARM:
-        return
-    nodes = _allocate_rows(4, 4, dtype)
-    nodes[:, 1:3] = np.inf
-    values = np.ones(2, dtype)
-    slots = np.array([0, 1], np.int64)
-    _set_leaves(nodes, 3, 1, 2, 2, slots, values, values, values)
-    _set_leaves_checked(nodes, -1, -1, -1, 2, 2, slots, values, values, values)
-    _descend(nodes, 2, to_targets(np.array([0.5, 0.5]), 2.0, True))
-    _argmin_key(nodes, 2, 2)
-    _replace_lowest(nodes, 3, 1, 2, 2, 1, values[:1], values[:1], values[:1])
-    _WARM.add(dtype)
+from .kernels.tree import (argmin_key, descend, make_layout, replace_lowest, select_lowest, set_leaves,
+                           set_leaves_checked, to_targets)
 
 
 def _allocate_rows(rows: int, columns: int, dtype: np.dtype) -> np.ndarray:
@@ -239,7 +57,7 @@ class SumTree:
         self.raw = self.nodes[:, self.c_raw] if raw_sum else empty
         self.minp[:] = np.inf
         self.keys[:] = np.inf
-        _warm_up(dtype)
+        self.layout = make_layout(self.n_leaves, self.c_raw, self.c_minp, self.c_keys)
 
     def _need(self, array: np.ndarray, what: str) -> np.ndarray:
         if array.shape[0] == 0:
@@ -278,14 +96,13 @@ class SumTree:
         priorities = self._column(priorities, slots)
         keys = priorities if keys is None else self._column(keys, slots)
         raw = priorities if raw is None else self._column(raw, slots)
-        bad = _set_leaves_checked(self.nodes, self.c_raw, self.c_minp, self.c_keys, self.n_leaves,
-                                  self.capacity, slots, priorities, keys, raw)
+        bad = set_leaves_checked(self.nodes, self.layout, self.capacity, slots, priorities, keys, raw)
         if bad >= 0:
             raise IndexError(f"slots must lie in [0, {self.capacity}), got slots[{bad}] = {slots[bad]}")
 
     def set_unchecked(self, slots: np.ndarray, priorities: np.ndarray, keys: np.ndarray, raw: np.ndarray) -> None:
         """`set` for trusted callers: int64 slots in range and contiguous arrays of this tree's dtype."""
-        _set_leaves(self.nodes, self.c_raw, self.c_minp, self.c_keys, self.n_leaves, slots, priorities, keys, raw)
+        set_leaves(self.nodes, self.layout, slots, priorities, keys, raw)
 
     def _column(self, values, slots: np.ndarray) -> np.ndarray:
         if (type(values) is np.ndarray and values.dtype == self.dtype and values.shape == slots.shape
@@ -308,12 +125,12 @@ class SumTree:
         if not total > 0:
             raise ValueError("cannot sample: the total priority is 0")
         targets = to_targets(np.array(uniforms, np.float64), total, bool(stratified))  # a copy: filled in place
-        return _descend(self.nodes, self.n_leaves, targets)
+        return descend(self.nodes, self.n_leaves, targets)
 
     def argmin(self) -> int:
         """Slot of the smallest key (lowest slot among ties)."""
         self._need(self.keys, "min_key")
-        return int(_argmin_key(self.nodes, self.c_keys, self.n_leaves))
+        return int(argmin_key(self.nodes, self.layout))
 
     def pop_min(self, k: int, empty: bool = True) -> np.ndarray:
         """Return the k lowest-key slots in (key, slot) order; only non-empty slots can be popped.
@@ -325,7 +142,7 @@ class SumTree:
         self._need(self.keys, "min_key")
         k = self._check_k(k)
         try:
-            slots = select_lowest(self.nodes, self.c_keys, self.n_leaves, k)
+            slots = select_lowest(self.nodes, self.layout, k)
         except ValueError as err:  # the selection refuses, before anything is written
             raise _too_few(k) from err
         leaves = slots + self.n_leaves
@@ -352,8 +169,7 @@ class SumTree:
         keys = priorities if keys is None else self._column(keys, shape_of)
         raw = priorities if raw is None else self._column(raw, shape_of)
         try:
-            return _replace_lowest(self.nodes, self.c_raw, self.c_minp, self.c_keys, self.n_leaves, k, priorities,
-                                   keys, raw)
+            return replace_lowest(self.nodes, self.layout, k, priorities, keys, raw)
         except ValueError as err:  # the selection refuses, before anything is written
             raise _too_few(k) from err
 

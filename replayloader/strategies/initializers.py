@@ -1,7 +1,8 @@
 """Initial weights for newly added examples.
 
 An initializer sees the buffer through a small read-only view (`BufferView`) and, when it is feature based,
-the feature rows of the new examples. Feature-based initializers also learn from feedback (`observe`).
+the feature rows of the new examples. Feature-based initializers also learn from feedback (`observe`). The
+buffer calls every hook (`initial_weights`, `observe`, `refresh`) on every strategy; the defaults do nothing.
 """
 from __future__ import annotations
 
@@ -50,16 +51,16 @@ class Initializer:
     name = "initializer"
     feature_based = False
 
-    def initial_weights(self, view: BufferView, n: int, features: np.ndarray | None) -> np.ndarray:
-        """Weights of n new examples. The default gives each `constant_weight`; override one of the two."""
+    def initial_weights(self, view: BufferView, n: int, features: np.ndarray | None) -> np.ndarray | float:
+        """Weights of n new examples: an array of n, or one number that every new example gets (the buffer then
+        builds no array). The default is `constant_weight`; override one of the two."""
         weight = self.constant_weight(view)
         if weight is None:
             raise NotImplementedError(f"{type(self).__name__} must define initial_weights or constant_weight")
-        return np.full(n, weight)
+        return weight
 
     def constant_weight(self, view: BufferView) -> float | None:
-        """The one weight every example of the next add gets, for initializers that work that way (the buffer
-        then skips building a per-example array, unless `initial_weights` is overridden)."""
+        """The one weight every example of the next add gets, for initializers that work that way."""
         return None
 
     def observe(self, view: BufferView, slots: np.ndarray, weights: np.ndarray) -> None:

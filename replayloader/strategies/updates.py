@@ -2,13 +2,16 @@
 
 Each update names the feedback keyword it consumes (``feedback_key``). ``compute`` returns a boolean mask of
 the slots whose weight changes and their new weights; every new weight is at least ``floor`` so feedback never
-makes an example unreachable (a weight of exactly 0 can still be set on purpose with `SetWeight`).
+makes an example unreachable (a weight of exactly 0 can still be set on purpose with `SetWeight`). A rule that
+needs a loop is one Numba kernel beside its class, and `compute` is that kernel: the buffer only ever calls
+`compute`, so a user's own update written in numpy runs the same way.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import numpy as np
+from numba import njit
 
 from ..storage import to_numpy
 
@@ -125,12 +128,7 @@ class LossDifference(WeightUpdate):
         self.last_loss[slots] = np.nan
 
     def compute(self, slots, values):
-        previous = self.last_loss[slots]
-        self.last_loss[slots] = values
-        seen = ~np.isnan(previous)
-        change = previous[seen] - values[seen]
-        change = np.abs(change) if self.mode == "abs" else change
-        return seen, np.maximum(change, self.floor)
+        return loss_difference(self.last_loss, slots, values, self.floor, self.mode == "abs")
 
     def state_dict(self):
         return {"last_loss": self.last_loss.copy(), "mode": self.mode}
@@ -138,6 +136,31 @@ class LossDifference(WeightUpdate):
     def load_state_dict(self, state):
         self.last_loss = np.array(state["last_loss"], np.float64)
         self.mode = state.get("mode", self.mode)
+
+
+@njit(cache=True, nogil=True)
+def loss_difference(last_loss, slots, losses, floor, absolute):
+    """The loss-difference rule: remember each slot's loss; where one was remembered, the new weight is
+    max(|previous - current|, floor) (``absolute``) or max(previous - current, floor).
+
+    Returns (mask of the slots that had a previous loss, their new weights). Slots must be distinct.
+    """
+    n = slots.shape[0]
+    seen = np.empty(n, np.bool_)
+    weights = np.empty(n, np.float64)
+    m = 0
+    for j in range(n):
+        s = slots[j]
+        previous = last_loss[s]
+        last_loss[s] = losses[j]
+        seen[j] = not np.isnan(previous)
+        if seen[j]:
+            change = previous - losses[j]
+            if absolute:
+                change = abs(change)
+            weights[m] = change if change > floor else floor
+            m += 1
+    return seen, weights[:m]
 
 
 def grad_bound_sigmoid(logits, targets, mask=None) -> np.ndarray:

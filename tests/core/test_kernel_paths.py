@@ -1,41 +1,48 @@
-"""The fused kernels agree with the plain Python path that user-defined strategy parts take.
+"""Built-in strategy parts, whose rules are Numba kernels, agree with user-defined parts written in plain numpy.
 
-Built-in updates, evictions and constant initializers run inside the buffer's Numba kernels; a subclass that
-overrides `compute`, `choose` or `initial_weights` goes through Python instead. Each test runs the same random
-add / sample / update sequence through both and requires identical ids, samples, weights and trees.
+A user's own initializer, update or eviction has no kernel; the buffer calls it exactly as it calls the built-in
+ones. Each test runs the same random add / sample / update sequence through both and requires identical ids,
+samples, weights and trees; the plain versions below are written from the rules' definitions, as a user would.
 """
 import numpy as np
 import pytest
 
 from replayloader import ReplayBuffer
-from replayloader.rng import seed_state, uniforms
+from replayloader.kernels.rng import seed_state, uniforms
 from replayloader.strategies import (FIFO, EvictLowest, GradNorm, LossDifference, LossValue, MaxWeight, MeanWeight,
                                      SetWeight, Strategy)
 
 
 class PythonLossDifference(LossDifference):
     def compute(self, slots, values):
-        return super().compute(slots, values)
+        previous = self.last_loss[slots]
+        self.last_loss[slots] = values
+        seen = ~np.isnan(previous)
+        change = previous[seen] - values[seen]
+        change = np.abs(change) if self.mode == "abs" else change
+        return seen, np.maximum(change, self.floor)
 
 
 class PythonGradNorm(GradNorm):
     def compute(self, slots, values):
-        return super().compute(slots, values)
+        return np.ones(len(slots), bool), np.array([max(v, self.floor) for v in values])
 
 
 class PythonFIFO(FIFO):
     def choose(self, tree, k):
-        return super().choose(tree, k)
+        return np.array([(self.next_slot + j) % tree.capacity for j in range(k)], np.int64)
 
 
 class PythonLowest(EvictLowest):
     def choose(self, tree, k):
-        return tree.pop_min(k, empty=False)
+        live = np.flatnonzero(np.isfinite(tree.get_keys(np.arange(tree.capacity))))
+        keys = tree.get_keys(live)
+        return live[np.lexsort((live, keys))[:k]]
 
 
 class PythonMean(MeanWeight):
     def initial_weights(self, view, n, features):
-        return np.full(n, view.mean_weight() if view.size else self.default)
+        return np.full(n, view.mean_weight() if view.size else self.default)  # an array, not one number
 
 
 def run(strategy, key, steps=40, capacity=24, seed=7):

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from replayloader.minselect import select_min_keys
+from replayloader.kernels.minselect import select_min_keys
 
 
 def build_tree(leaves, dtype=np.float64, columns=0):

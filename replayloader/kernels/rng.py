@@ -48,5 +48,3 @@ def uniforms(state: np.ndarray, k: int) -> np.ndarray:
     fill_uniforms(state, out)
     return out
 
-
-uniforms(seed_state(0), 2)  # compile (or load the cache) at import
