@@ -42,19 +42,6 @@ def tiny_pair(dropout: float = 0.0, seed: int = 0, **sizes):
     return build_electra_pair(preset, VOCAB, SPECIAL.pad, dropout=dropout, seed=seed)
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> dict:
-    """A generated English-like corpus file and a shared cache, so tokenizer/examples are built once."""
-    root = tmp_path_factory.mktemp("corpus")
-    rng = np.random.default_rng(0)
-    words = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "to", "house", "big", "small", "red", "blue",
-             "quickly", "slowly", "and", "but", "then", "saw", "bird", "tree", "under", "over", "green", "old"]
-    lines = [" ".join(rng.choice(words, size=rng.integers(5, 15))) + "." for _ in range(1500)]
-    path = root / "corpus.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return {"file": str(path), "cache": str(root / "cache"), "root": root}
-
-
 def tiny_config(corpus: dict, out, **overrides) -> PretrainConfig:
     settings = dict(preset="tiny", corpus=corpus["file"], vocab_size=200, max_len=32, batch_size=8, steps=6,
                     buffer_size=32, warmup_steps=2, output_dir=str(out), cache_dir=corpus["cache"], progress=False,
