@@ -14,7 +14,7 @@ import torch
 from integrations.electra.finetune.api import finetune_squad
 from integrations.electra.finetune.checkpoints import load_tokenizer
 from integrations.electra.finetune.data_source import DataSource
-from integrations.electra.finetune.errors import FinetuneError
+from integrations.electra.common import UserError
 from integrations.electra.finetune.squad import best_spans
 from integrations.electra.finetune.squad_data import (
     build_squad_windows,
@@ -206,7 +206,7 @@ def test_hub_name_is_used_when_no_directory_is_given(monkeypatch):
 
 
 def test_missing_squad_file_is_named(tmp_path):
-    with pytest.raises(FinetuneError, match="dev-v1.1.json"):
+    with pytest.raises(UserError, match="dev-v1.1.json"):
         find_local_squad_files(tmp_path, "validation")
 
 

@@ -14,14 +14,13 @@ from typing import Callable, Sequence
 
 from .checkpoints import load_encoder, load_tokenizer
 from .data_source import resolve_data_source
-from .errors import FinetuneError
+from ..common import UserError, pick_device
 from .glue import encode_glue_split, run_glue_seed
 from .glue_data import GLUE_EIGHT, GLUE_HUB_NAME, check_local_files, get_task, load_glue_split, seeded_subset
 from .hparams import resolve_config
 from .results_table import write_results
 from .squad import run_squad_seed
 from .squad_data import SQUAD_HUB_NAME, build_squad_windows, load_squad_split
-from .training import resolve_device
 
 
 def _stderr(message: str) -> None:
@@ -30,9 +29,9 @@ def _stderr(message: str) -> None:
 
 def _check_common(checkpoint_dirs: dict[str, str], seeds: Sequence[int]) -> None:
     if not checkpoint_dirs:
-        raise FinetuneError("no checkpoint given (use --checkpoint DIR or NAME=DIR)")
+        raise UserError("no checkpoint given (use --checkpoint DIR or NAME=DIR)")
     if not seeds:
-        raise FinetuneError("no seed given")
+        raise UserError("no seed given")
 
 
 def _fit_length(encoder, requested: int, log: Callable[[str], None]) -> int:
@@ -98,7 +97,7 @@ def finetune_glue_task(
     source = resolve_data_source(data_dir, GLUE_HUB_NAME, "GLUE")
     check_local_files(spec, source)
     log = _stderr if progress else (lambda message: None)
-    torch_device = resolve_device(device)
+    torch_device = pick_device(device)
     train_full = load_glue_split(spec, "train", source)
     eval_full = {split: load_glue_split(spec, split, source) for split in spec.eval_splits}
     train_data = seeded_subset(train_full, max_train_examples, subset_seed)
@@ -183,7 +182,7 @@ def finetune_squad(
     _check_common(checkpoint_dirs, seeds)
     source = resolve_data_source(data_dir, SQUAD_HUB_NAME, "SQuAD")
     log = _stderr if progress else (lambda message: None)
-    torch_device = resolve_device(device)
+    torch_device = pick_device(device)
     train_full = load_squad_split(source, "train")
     eval_full = load_squad_split(source, "validation")
     train_data = seeded_subset(train_full, max_train_examples, subset_seed)

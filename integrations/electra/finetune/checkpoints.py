@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import FinetuneError
+from ..common import UserError
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ def parse_checkpoint_arg(value: str) -> CheckpointSpec:
     if "=" in value:
         name, location = value.split("=", 1)
         if not name or not location:
-            raise FinetuneError(f"bad --checkpoint {value!r}: expected NAME=DIR or DIR")
+            raise UserError(f"bad --checkpoint {value!r}: expected NAME=DIR or DIR")
     else:
         location = value
         name = Path(value.rstrip("/\\")).name or value
@@ -35,7 +35,7 @@ def unique_checkpoint_specs(specs: list[CheckpointSpec]) -> dict[str, str]:
     result: dict[str, str] = {}
     for spec in specs:
         if spec.name in result:
-            raise FinetuneError(f"two checkpoints are named {spec.name!r}; name them with NAME=DIR")
+            raise UserError(f"two checkpoints are named {spec.name!r}; name them with NAME=DIR")
         result[spec.name] = spec.location
     return result
 
@@ -49,10 +49,10 @@ def check_checkpoint_location(location: str) -> None:
     """Reject a path that does not exist unless it could be a hub model id (``owner/name``)."""
     if os.path.isdir(location):
         if not os.path.isfile(os.path.join(location, "config.json")):
-            raise FinetuneError(f"checkpoint directory {location} has no config.json (save it with save_pretrained)")
+            raise UserError(f"checkpoint directory {location} has no config.json (save it with save_pretrained)")
         return
     if not _looks_like_hub_id(location):
-        raise FinetuneError(f"checkpoint directory not found: {location}")
+        raise UserError(f"checkpoint directory not found: {location}")
 
 
 @contextlib.contextmanager
@@ -83,9 +83,9 @@ def load_tokenizer(location: str):
         with quiet_transformers():
             tokenizer = AutoTokenizer.from_pretrained(location)
     except Exception as error:
-        raise FinetuneError(f"could not load a tokenizer from {location}: {type(error).__name__}: {error}") from error
+        raise UserError(f"could not load a tokenizer from {location}: {type(error).__name__}: {error}") from error
     if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None or tokenizer.pad_token_id is None:
-        raise FinetuneError(
+        raise UserError(
             f"tokenizer of {location} lacks a CLS, SEP or PAD token; BERT/ELECTRA-style tokenizers are required"
         )
     return tokenizer
@@ -100,4 +100,4 @@ def load_encoder(location: str):
         with quiet_transformers():
             return AutoModel.from_pretrained(location)
     except Exception as error:
-        raise FinetuneError(f"could not load a model from {location}: {type(error).__name__}: {error}") from error
+        raise UserError(f"could not load a model from {location}: {type(error).__name__}: {error}") from error

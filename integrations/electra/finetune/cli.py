@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .checkpoints import parse_checkpoint_arg, unique_checkpoint_specs
-from .errors import FinetuneError
+from ..common import UserError, report_user_error
 from .glue_data import GLUE_EIGHT, GLUE_TASKS
 from .hparams import PRESETS
 
@@ -80,7 +80,7 @@ def _expand_tasks(tasks: Sequence[str]) -> list[str]:
 
 
 def execute_finetune(args: argparse.Namespace) -> list[dict]:
-    """Run what the parsed arguments ask for and write the combined table; FinetuneError on user errors."""
+    """Run what the parsed arguments ask for and write the combined table; UserError on user errors."""
     from . import api
     from .results_table import render_markdown, write_results
 
@@ -114,9 +114,8 @@ def run_finetune(args: argparse.Namespace) -> int:
     """``func`` of the subcommand: user errors are printed as one line (no traceback), exit status 2."""
     try:
         execute_finetune(args)
-    except FinetuneError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except UserError as error:
+        raise SystemExit(report_user_error(error)) from None
     return 0
 
 

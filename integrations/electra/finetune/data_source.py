@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import FinetuneError
+from ..common import UserError
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ def resolve_data_source(value: str | None, default_hub_name: str, what: str) -> 
         return DataSource(hub_name=value[3:])
     path = Path(value).expanduser()
     if not path.is_dir():
-        raise FinetuneError(
+        raise UserError(
             f"{what} directory not found: {path} (pass an existing directory in the official layout, "
             f"or 'hub' / 'hf:NAME' to load from the Hugging Face hub when online)"
         )
@@ -39,14 +39,14 @@ def resolve_data_source(value: str | None, default_hub_name: str, what: str) -> 
 
 
 def load_hub_split(hub_name: str, config: str | None, split: str):
-    """Load one split of a hub dataset, turning download failures into a FinetuneError."""
+    """Load one split of a hub dataset, turning download failures into a UserError."""
     import datasets
 
     try:
         return datasets.load_dataset(hub_name, config, split=split)
     except Exception as error:  # network, missing config, etc.: all are user-fixable
         where = f"{hub_name}/{config}" if config else hub_name
-        raise FinetuneError(
+        raise UserError(
             f"could not load split {split!r} of hub dataset {where} ({type(error).__name__}: {error}); "
             f"offline, pass a local directory with the official files instead"
         ) from error

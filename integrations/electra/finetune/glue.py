@@ -18,7 +18,8 @@ from .encoding import encode_texts, pad_batch
 from .glue_data import GlueTask
 from .hparams import FinetuneConfig
 from .metrics import glue_metrics
-from .training import TrainStats, predict, set_seed, train
+from ..common import set_seed
+from .training import TrainStats, predict, train
 
 
 def uses_token_types(encoder: nn.Module) -> bool:

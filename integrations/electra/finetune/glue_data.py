@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .data_source import DataSource, load_hub_split
-from .errors import FinetuneError
+from ..common import UserError
 
 if TYPE_CHECKING:  # datasets is imported lazily: building the CLI parser should stay cheap
     import datasets
@@ -91,7 +91,7 @@ def get_task(name: str) -> GlueTask:
     try:
         return GLUE_TASKS[name]
     except KeyError:
-        raise FinetuneError(f"unknown GLUE task {name!r}; choose from {', '.join(GLUE_TASKS)}") from None
+        raise UserError(f"unknown GLUE task {name!r}; choose from {', '.join(GLUE_TASKS)}") from None
 
 
 @dataclass
@@ -109,7 +109,7 @@ def read_glue_tsv(task: GlueTask, path: Path) -> tuple[datasets.Dataset, TsvRead
     official QQP train file's malformed lines are handled (as the legacy GLUE processors did).
     """
     if not path.is_file():
-        raise FinetuneError(
+        raise UserError(
             f"GLUE task {task.name!r}: missing file {path} (expected the official GLUE layout "
             f"<glue-dir>/{task.local_dir}/{{train.tsv,{','.join(f for f, _ in task.eval_splits.values())}}}; "
             f"offline copies of QQP, MNLI and QNLI train are not bundled; use --glue-dir hub when online)"
@@ -126,13 +126,13 @@ def read_glue_tsv(task: GlueTask, path: Path) -> tuple[datasets.Dataset, TsvRead
         if task.has_header:
             header = next(rows, None)
             if header is None:
-                raise FinetuneError(f"GLUE task {task.name!r}: file {path} is empty")
+                raise UserError(f"GLUE task {task.name!r}: file {path} is empty")
             width = len(header)
             try:
                 text_positions = [header.index(s) for s in task.local_text_sources]
                 label_position = header.index(task.local_label_source)
             except ValueError:
-                raise FinetuneError(
+                raise UserError(
                     f"GLUE task {task.name!r}: {path} lacks the expected columns "
                     f"{list(task.local_text_sources) + [task.local_label_source]} (header: {header})"
                 ) from None
@@ -179,7 +179,7 @@ def _parse_label(task: GlueTask, raw: str) -> float | int | None:
 def load_glue_split(task: GlueTask, split: str, source: DataSource) -> datasets.Dataset:
     """One labelled split ("train" or one of ``task.eval_splits``) from the given source."""
     if split != "train" and split not in task.eval_splits:
-        raise FinetuneError(f"GLUE task {task.name!r} has no split {split!r}")
+        raise UserError(f"GLUE task {task.name!r} has no split {split!r}")
     if source.local_dir is None:
         dataset = load_hub_split(source.hub_name, task.name, split)
         return dataset.select_columns([*task.text_columns, "label", "idx"])
@@ -195,7 +195,7 @@ def check_local_files(task: GlueTask, source: DataSource) -> None:
     for file_name in ["train.tsv", *(f for f, _ in task.eval_splits.values())]:
         path = source.local_dir / task.local_dir / file_name
         if not path.is_file():
-            read_glue_tsv(task, path)  # raises the descriptive FinetuneError
+            read_glue_tsv(task, path)  # raises the descriptive UserError
 
 
 def seeded_subset(dataset: datasets.Dataset, max_examples: int | None, seed: int) -> datasets.Dataset:
@@ -203,6 +203,6 @@ def seeded_subset(dataset: datasets.Dataset, max_examples: int | None, seed: int
     if max_examples is None or max_examples >= len(dataset):
         return dataset
     if max_examples <= 0:
-        raise FinetuneError(f"subset size must be positive, got {max_examples}")
+        raise UserError(f"subset size must be positive, got {max_examples}")
     chosen = np.random.default_rng(seed).choice(len(dataset), size=max_examples, replace=False)
     return dataset.select(sorted(int(i) for i in chosen))

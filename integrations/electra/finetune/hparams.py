@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .errors import FinetuneError
+from ..common import UserError
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def resolve_config(
     """The preset chosen by name or by the checkpoint's hidden size, with explicit values on top."""
     preset_name = preset or preset_for_hidden_size(hidden_size)
     if preset_name not in PRESETS:
-        raise FinetuneError(f"unknown preset {preset_name!r}; choose from {', '.join(PRESETS)}")
+        raise UserError(f"unknown preset {preset_name!r}; choose from {', '.join(PRESETS)}")
     chosen = PRESETS[preset_name]
     config = FinetuneConfig(
         learning_rate=chosen.learning_rate if learning_rate is None else learning_rate,
@@ -76,5 +76,5 @@ def resolve_config(
     )
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
     if config.learning_rate <= 0 or config.batch_size <= 0 or config.epochs <= 0:
-        raise FinetuneError(f"learning rate, batch size and epochs must be positive (got {config})")
+        raise UserError(f"learning rate, batch size and epochs must be positive (got {config})")
     return config

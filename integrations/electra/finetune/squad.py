@@ -24,7 +24,8 @@ from .glue import uses_token_types
 from .hparams import FinetuneConfig
 from .metrics import squad_v1_scores
 from .squad_data import SquadWindow
-from .training import TrainStats, predict, set_seed, train
+from ..common import set_seed
+from .training import TrainStats, predict, train
 
 
 class SpanModel(nn.Module):

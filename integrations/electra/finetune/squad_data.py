@@ -20,7 +20,7 @@ import numpy as np
 
 from .checkpoints import quiet_transformers
 from .data_source import DataSource, load_hub_split
-from .errors import FinetuneError
+from ..common import UserError
 
 SQUAD_HUB_NAME = "rajpurkar/squad"
 
@@ -35,14 +35,14 @@ _LOCAL_PART_GLOB = {"train": "train-v1.1*.part*of*.json*", "validation": "dev-v1
 def find_local_squad_files(directory: Path, split: str) -> list[Path]:
     """The file(s) of one split in a local SQuAD directory: the official name (optionally .gz) or parts."""
     if split not in _LOCAL_FILES:
-        raise FinetuneError(f"unknown SQuAD split {split!r} (train or validation)")
+        raise UserError(f"unknown SQuAD split {split!r} (train or validation)")
     for name in _LOCAL_FILES[split]:
         if (directory / name).is_file():
             return [directory / name]
     parts = sorted(directory.glob(_LOCAL_PART_GLOB[split]))
     if parts:
         return parts
-    raise FinetuneError(
+    raise UserError(
         f"SQuAD {split}: missing file {directory / _LOCAL_FILES[split][0]} (or .gz, or "
         f"{_LOCAL_PART_GLOB[split]} parts) in {directory}; use --squad-dir hub when online"
     )
@@ -54,7 +54,7 @@ def _open_json(path: Path) -> dict:
         with opener(path, "rt", encoding="utf-8") as handle:
             return json.load(handle)
     except (OSError, json.JSONDecodeError) as error:
-        raise FinetuneError(f"could not read SQuAD JSON {path}: {error}") from error
+        raise UserError(f"could not read SQuAD JSON {path}: {error}") from error
 
 
 def read_squad_json(paths: Sequence[Path]) -> datasets.Dataset:
@@ -96,7 +96,7 @@ def load_squad_split(source: DataSource, split: str) -> datasets.Dataset:
 def window_starts(num_context_tokens: int, max_context_tokens: int, doc_stride: int) -> list[tuple[int, int]]:
     """(start, length) of each context window: step ``doc_stride``, stop once the end is covered."""
     if max_context_tokens <= 0:
-        raise FinetuneError("max_seq_length leaves no room for the context; raise it or lower max_query_length")
+        raise UserError("max_seq_length leaves no room for the context; raise it or lower max_query_length")
     windows: list[tuple[int, int]] = []
     start = 0
     while True:
@@ -204,7 +204,7 @@ def build_squad_windows(
             encoded = tokenizer(unique_contexts, add_special_tokens=False, return_offsets_mapping=True)
             questions = tokenizer([q.strip() for q in dataset["question"]], add_special_tokens=False)["input_ids"]
     except (NotImplementedError, ValueError) as error:
-        raise FinetuneError(f"SQuAD needs a fast tokenizer with offset mapping: {error}") from error
+        raise UserError(f"SQuAD needs a fast tokenizer with offset mapping: {error}") from error
     by_context = {c: (ids, offs) for c, ids, offs in zip(unique_contexts, encoded["input_ids"], encoded["offset_mapping"])}
     windows: list[SquadWindow] = []
     for index, (context, question_ids, answers) in enumerate(zip(contexts, questions, dataset["answers"])):

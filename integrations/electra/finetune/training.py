@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import random
 import re
 import time
 from dataclasses import dataclass, field
@@ -15,30 +14,11 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .errors import FinetuneError
+from ..common import UserError, linear_warmup_decay
 from .hparams import FinetuneConfig
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
 _NO_DECAY = ("bias", "layernorm", "layer_norm", "ln_")
-
-
-def resolve_device(name: str | None) -> torch.device:
-    """``None`` picks CUDA when present, else CPU."""
-    if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as error:
-        raise FinetuneError(f"bad --device {name!r}: {error}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise FinetuneError(f"--device {name} requested but CUDA is not available")
-    return device
-
-
-def set_seed(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
 
 
 def parameter_depth(name: str, num_layers: int) -> int:
@@ -78,17 +58,6 @@ def layerwise_parameter_groups(
     ]
 
 
-def linear_warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int):
-    """Linear warmup to each group's LR, then linear decay to 0 at ``total_steps``."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / max(1, warmup_steps)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 def autocast_context(device: torch.device, use_amp: bool):
     if use_amp and device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
@@ -123,7 +92,7 @@ def train(
 ) -> TrainStats:
     """Fine-tune ``model`` (``encoder`` + new ``head``) in place for ``config.epochs`` epochs."""
     if not features:
-        raise FinetuneError(f"{description}: no training examples")
+        raise UserError(f"{description}: no training examples")
     num_layers = int(getattr(encoder.config, "num_hidden_layers", 0))
     model.to(device).train()  # before the optimizer takes references to the parameters
     optimizer = torch.optim.AdamW(

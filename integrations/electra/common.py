@@ -1,0 +1,120 @@
+"""Helpers that pretraining and fine-tuning share: the user-error type, device choice, seeding, the LR schedule.
+
+Written once here so that both halves of the integration agree (one exit path for user mistakes, one meaning
+of ``--device auto``, one warmup rule).
+"""
+from __future__ import annotations
+
+import os
+import random
+import sys
+
+import numpy as np
+import torch
+
+
+class UserError(Exception):
+    """A mistake in arguments, paths or data that the user must fix; the CLI prints it as one ``error:`` line
+    (exit status 2) without a traceback. Anything else is a bug and keeps its traceback."""
+
+
+def report_user_error(error: UserError) -> int:
+    """The one way a user error leaves the command line: ``error: ...`` on stderr, exit status 2.
+
+    ``ELECTRA_TMR_DEBUG=1`` re-raises instead, to show the traceback.
+    """
+    if os.environ.get("ELECTRA_TMR_DEBUG"):
+        raise error
+    print(f"error: {error}", file=sys.stderr)
+    return 2
+
+
+def pick_device(name: str | None = "auto") -> torch.device:
+    """"auto" (or None) picks CUDA, then MPS, then CPU; an unavailable explicit device is a `UserError`."""
+    if name in (None, "auto"):
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown --device {name!r}; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {name!r} requested but CUDA is not available")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError("--device 'mps' requested but MPS is not available")
+    return device
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python, NumPy's global generator and torch (every device) in one place."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def linear_warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int):
+    """LambdaLR: linear warmup to each group's LR, then linear decay to 0 at ``total_steps``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+# ----------------------------------------------------------------------------- options declared once
+def option(default, help: str, group: str, flag: str | None = None):
+    """A dataclass field that also describes its command-line flag (see `add_dataclass_arguments`)."""
+    from dataclasses import field
+
+    return field(default=default, metadata={"help": help, "group": group, "flag": flag})
+
+
+def add_dataclass_arguments(parser, cls, skip: tuple[str, ...] = ()) -> None:
+    """One flag per `option` field of ``cls``: ``--field-name`` (or its ``flag``), typed from the annotation.
+
+    Defaults are not put in the namespace (``argparse.SUPPRESS``): after parsing it holds exactly the flags the
+    user typed, so a typed value equal to the default is still known to be typed (see `typed_options`).
+    A bool field that defaults to True becomes ``--no-NAME``.
+    """
+    import argparse
+    from dataclasses import MISSING, fields
+
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f in fields(cls):
+        if f.name in skip or "help" not in f.metadata:
+            continue
+        meta = f.metadata
+        group = groups.get(meta["group"]) or groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
+        default = None if f.default is MISSING else f.default
+        kind = str(f.type).split("|")[0].strip()
+        if kind == "bool":
+            flag = meta["flag"] or ("--no-" if default else "--") + f.name.replace("_", "-")
+            group.add_argument(flag, dest=f.name, action="store_false" if default else "store_true",
+                               default=argparse.SUPPRESS, help=meta["help"])
+            continue
+        suffix = f" (default {default})" if default is not None and "default" not in meta["help"] else ""
+        group.add_argument(meta["flag"] or "--" + f.name.replace("_", "-"), dest=f.name,
+                           type={"int": int, "float": float}.get(kind, str), default=argparse.SUPPRESS,
+                           metavar=f.name.upper(), help=meta["help"] + suffix)
+
+
+def typed_options(namespace, cls) -> dict:
+    """The dataclass fields the user typed on the command line (those `add_dataclass_arguments` put there)."""
+    from dataclasses import fields
+
+    return {f.name: getattr(namespace, f.name) for f in fields(cls) if hasattr(namespace, f.name)}
+
+
+def spearman(x, y) -> float:
+    """Spearman rank correlation (ties share their average rank); NaN when it is undefined."""
+    from scipy import stats
+
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(stats.spearmanr(x, y).statistic)
