@@ -1,7 +1,7 @@
-"""Helpers that pretraining and fine-tuning share: the user-error type, device choice, seeding, the LR schedule.
+"""Helpers that pretraining and fine-tuning share: the user-error type, device choice, seeding, options.
 
 Written once here so that both halves of the integration agree (one exit path for user mistakes, one meaning
-of ``--device auto``, one warmup rule).
+of ``--device auto``). Both use `transformers.get_linear_schedule_with_warmup` for the learning rate.
 """
 from __future__ import annotations
 
@@ -53,17 +53,6 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def linear_warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int):
-    """LambdaLR: linear warmup to each group's LR, then linear decay to 0 at ``total_steps``."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / max(1, warmup_steps)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 # ----------------------------------------------------------------------------- options declared once

@@ -19,7 +19,7 @@ from integrations.electra.finetune.glue_data import GLUE_TASKS, check_local_file
 from integrations.electra.finetune.hparams import FinetuneConfig, resolve_config
 from integrations.electra.finetune.results_table import glue_table, render_markdown
 from integrations.electra.finetune.tiny import build_tiny_checkpoint
-from integrations.electra.common import linear_warmup_decay
+from transformers import get_linear_schedule_with_warmup
 from integrations.electra.finetune.training import layerwise_parameter_groups
 
 SHARED_GLUE = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "glue").resolve()
@@ -207,13 +207,15 @@ def test_layerwise_learning_rates_follow_electra():
 
 def test_warmup_then_linear_decay():
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = linear_warmup_decay(optimizer, warmup_steps=2, total_steps=10)
+    scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=2, num_training_steps=10)
     rates = []
     for _ in range(10):
         rates.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         scheduler.step()
-    assert rates == pytest.approx([0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125])
+    # transformers' schedule warms up as step/warmup (the hand-written one before issue 14 used (step+1)/warmup,
+    # i.e. [0.5, 1.0, 1.0, ...]): the first step runs at rate 0.
+    assert rates == pytest.approx([0.0, 0.5, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125])
 
 
 def test_presets_and_task_epochs():

@@ -14,7 +14,9 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..common import UserError, linear_warmup_decay
+from transformers import get_linear_schedule_with_warmup
+
+from ..common import UserError
 from .hparams import FinetuneConfig
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers?\.(\d+)\.")
@@ -102,7 +104,7 @@ def train(
     )
     steps_per_epoch = math.ceil(len(features) / config.batch_size)
     total_steps = max(1, math.ceil(steps_per_epoch * config.epochs))
-    scheduler = linear_warmup_decay(optimizer, int(config.warmup_fraction * total_steps), total_steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_fraction * total_steps), total_steps)
     generator = torch.Generator().manual_seed(seed)
     stats = TrainStats()
     started = time.perf_counter()

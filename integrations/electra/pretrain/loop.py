@@ -24,7 +24,9 @@ import torch
 from replayloader import ReplayBuffer, ReplayDataLoader
 from replayloader.strategies import by_name
 
-from ..common import linear_warmup_decay, pick_device, set_seed
+from transformers import get_linear_schedule_with_warmup
+
+from ..common import pick_device, set_seed
 from ..data import BatchStream, prepare_pretraining_data
 from ..models import build_electra_pair
 from .checkpoint import find_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
@@ -70,7 +72,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
                               seed=cfg.seed).to(device)
     pair.train()
     optimizer = make_optimizer(pair, cfg.learning_rate, cfg.weight_decay)
-    scheduler = linear_warmup_decay(optimizer, cfg.warmup_steps, cfg.steps)
+    scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.steps)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     feedback_kind = FEEDBACK.get(cfg.variant, "loss")
     discriminator = pair.discriminator
