@@ -100,10 +100,11 @@ def typed_options(namespace, cls) -> dict:
 
 
 def spearman(x, y) -> float:
-    """Spearman rank correlation (ties share their average rank); NaN when it is undefined."""
+    """Spearman rank correlation (ties share their average rank); 0 when undefined (a constant side), so that
+    averages over runs stay finite (the GLUE convention for STS-B)."""
     from scipy import stats
 
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return float("nan")
+        return 0.0
     return float(stats.spearmanr(x, y).statistic)

@@ -377,3 +377,12 @@ def test_bad_model_options_are_user_errors_naming_the_flag(overrides, fragment):
 
     with pytest.raises(UserError, match=fragment):
         PretrainConfig(**overrides).filled()
+
+
+def test_ranking_auc_counts_pairs_ranked_right_and_ties_as_half():
+    from integrations.electra.pretrain.metrics import ranking_auc
+
+    positive, negative = torch.tensor([0.9, 0.2, 0.5]), torch.tensor([0.1, 0.5, 0.3, 0.95])
+    pairs = [(p > n) + 0.5 * (p == n) for p in positive.tolist() for n in negative.tolist()]
+    assert ranking_auc(positive, negative) == pytest.approx(float(np.mean(pairs)))
+    assert math.isnan(ranking_auc(positive, negative[:0]))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from sklearn.metrics import roc_auc_score
 
 from replayloader.strategies import grad_bound_sigmoid
 
@@ -75,13 +76,13 @@ def drift_metrics(data: Mapping[str, torch.Tensor], losses: DiscriminatorLosses,
 
 
 def ranking_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
-    """P(score of a replaced token > score of an original one): shows D learning before any logit crosses 0."""
+    """P(score of a replaced token > score of an original one), ties counting half: shows D learning before any
+    logit crosses 0. NaN when either side is empty."""
     if positive.numel() == 0 or negative.numel() == 0:
         return float("nan")
-    scores = torch.cat([positive, negative]).detach().double()
-    ranks = scores.argsort().argsort().double() + 1
-    n_pos, n_neg = positive.numel(), negative.numel()
-    return float((ranks[:n_pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    scores = torch.cat([positive, negative]).detach().double().cpu().numpy()
+    labels = np.r_[np.ones(positive.numel()), np.zeros(negative.numel())]
+    return float(roc_auc_score(labels, scores))
 
 
 def plot_metrics(runs: Mapping[str, list[dict]], path: str | Path) -> None:
