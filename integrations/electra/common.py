@@ -5,12 +5,16 @@ of ``--device auto``). Both use `transformers.get_linear_schedule_with_warmup` f
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import sys
 
 import numpy as np
 import torch
+
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 class UserError(Exception):
@@ -108,3 +112,66 @@ def spearman(x, y) -> float:
     if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return 0.0
     return float(stats.spearmanr(x, y).statistic)
+
+
+# ----------------------------------------------------------------------------- tokenizers
+def train_wordpiece(texts, vocab_size: int, lowercase: bool = True):
+    """Train an uncased BERT-style WordPiece fast tokenizer (ELECTRA's kind) on strings or batches of strings."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
+                                        show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    # The trainer breaks count ties in hash-map order, so ids differ from process to process; renumber the token
+    # set canonically (specials first, then sorted). The set itself can still differ at the vocabulary cut-off.
+    learned = tok.get_vocab()
+    ordered = list(SPECIAL_TOKENS) + sorted(t for t in learned if t not in SPECIAL_TOKENS)
+    tok.model = models.WordPiece({token: i for i, token in enumerate(ordered)}, unk_token="[UNK]")
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence expected transformers chatter (the 'unused weights' report when the discriminator head is dropped,
+    'sequence longer than model_max_length' before our own windowing) and its progress bars; restore both after."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def load_tokenizer(location: str, need_mask: bool = False):
+    """A saved fast tokenizer (a directory, or a hub id when online) with [PAD]/[CLS]/[SEP] (and [MASK] when
+    ``need_mask``, as pretraining does); anything else is a `UserError`."""
+    from transformers import AutoTokenizer
+
+    try:
+        with quiet_transformers():
+            tokenizer = AutoTokenizer.from_pretrained(location)
+    except Exception as error:
+        first_line = (str(error).splitlines() or [""])[0]
+        raise UserError(f"could not load a tokenizer from {location}: {type(error).__name__}: {first_line}") from None
+    needed = ("pad_token_id", "cls_token_id", "sep_token_id") + (("mask_token_id",) if need_mask else ())
+    missing = [name[:-3] for name in needed if getattr(tokenizer, name, None) is None]
+    if missing or not tokenizer.is_fast:
+        raise UserError(f"the tokenizer of {location} must be a fast BERT/ELECTRA-style tokenizer "
+                        f"(missing: {', '.join(missing) or 'fast backend'})")
+    return tokenizer

@@ -32,9 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .common import UserError
+from .common import SPECIAL_TOKENS, UserError, load_tokenizer, train_wordpiece  # noqa: F401
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 EMBEDDED_CORPORA = ("python-docs", "python-topics")
 TEXT_SUFFIXES = (".txt", ".txt.gz", ".gz", ".tokens", ".raw", ".zip")
 CACHE_FORMAT = 3  # bump when the cached example layout changes
@@ -221,50 +220,6 @@ def load_text_dataset(spec: CorpusSpec, cache_dir: Path):
         raise UserError(f"cannot read corpus files ({', '.join(files[:3])}...): {exc}") from None
 
 
-# ----------------------------------------------------------------------------- tokenizer
-def train_wordpiece(texts, vocab_size: int, lowercase: bool = True):
-    """Train an uncased BERT-style WordPiece tokenizer (ELECTRA's kind) and wrap it as a fast HF tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                        show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    # The trainer breaks count ties in hash-map order, so ids differ from process to process; WordPiece only
-    # needs the token set, so renumber it canonically (specials first, then sorted) for reproducible runs.
-    learned = tok.get_vocab()
-    ordered = list(SPECIAL_TOKENS) + sorted(t for t in learned if t not in SPECIAL_TOKENS)
-    tok.model = models.WordPiece({token: i for i, token in enumerate(ordered)}, unk_token="[UNK]")
-    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
-
-
-def load_tokenizer(path: str):
-    """Load a saved fast tokenizer and check it has the special tokens ELECTRA needs."""
-    from transformers import AutoTokenizer
-
-    if not os.path.isdir(path):
-        raise UserError(f"tokenizer directory not found: {path}")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except Exception as exc:
-        raise UserError(f"cannot load tokenizer from {path}: {str(exc).splitlines()[0]}") from None
-    missing = [name for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id")
-               if getattr(tokenizer, name, None) is None]
-    if missing or not tokenizer.is_fast:
-        raise UserError(f"tokenizer in {path} must be a fast tokenizer with [PAD]/[CLS]/[SEP]/[MASK] "
-                          f"(missing: {', '.join(missing) or 'fast backend'})")
-    return tokenizer
-
-
 # ----------------------------------------------------------------------------- packing
 def pack_token_stream(token_lists: list[list[int]], max_len: int, cls_id: int, sep_id: int, pad_id: int,
                       min_tail: int) -> tuple[list[list[int]], list[int]]:
@@ -330,7 +285,7 @@ def prepare_pretraining_data(corpus: str, cache_dir: str | os.PathLike, vocab_si
         if len(text) == 0:
             raise UserError(f"corpus {corpus!r} is empty (no non-blank lines)")
         if tokenizer_path:
-            tokenizer = load_tokenizer(tokenizer_path)
+            tokenizer = load_tokenizer(tokenizer_path, need_mask=True)
         else:
             tokenizer = train_wordpiece((text[i:i + 1000]["text"] for i in range(0, len(text), 1000)), vocab_size)
         tmp = entry.with_name(entry.name + f".tmp{os.getpid()}")
@@ -345,7 +300,7 @@ def prepare_pretraining_data(corpus: str, cache_dir: str | os.PathLike, vocab_si
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.rename(entry)
-    tokenizer = load_tokenizer(str(tokenizer_dir))
+    tokenizer = load_tokenizer(str(tokenizer_dir), need_mask=True)
     examples = datasets.load_from_disk(str(examples_dir)).with_format("numpy")  # memory-mapped
     return PretrainingData(examples, tokenizer, str(tokenizer_dir), str(entry), max_len,
                            time.perf_counter() - started)

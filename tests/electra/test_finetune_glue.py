@@ -18,7 +18,7 @@ from integrations.electra.common import UserError
 from integrations.electra.finetune.glue_data import GLUE_TASKS, check_local_files, load_glue_split, read_glue_tsv, seeded_subset
 from integrations.electra.finetune.hparams import FinetuneConfig, resolve_config
 from integrations.electra.finetune.results_table import glue_table, render_markdown
-from integrations.electra.finetune.tiny import build_tiny_checkpoint
+from tests.electra.tiny_checkpoint import build_tiny_checkpoint
 from transformers import get_linear_schedule_with_warmup
 from integrations.electra.finetune.training import layerwise_parameter_groups
 

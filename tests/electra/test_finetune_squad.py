@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from integrations.electra.finetune.api import finetune_squad
-from integrations.electra.finetune.checkpoints import load_tokenizer
+from integrations.electra.common import load_tokenizer
 from integrations.electra.finetune.data_source import DataSource
 from integrations.electra.common import UserError
 from integrations.electra.finetune.squad import best_spans
@@ -25,7 +25,7 @@ from integrations.electra.finetune.squad_data import (
     read_squad_json,
     window_starts,
 )
-from integrations.electra.finetune.tiny import build_tiny_checkpoint
+from tests.electra.tiny_checkpoint import build_tiny_checkpoint
 
 SHARED_SQUAD = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "squad"
 FILLER = "river stone green field house quiet old small north winter bright road tree light".split()

@@ -99,7 +99,7 @@ def test_shared_gz_and_nltk_zip_corpora(tmp_path):
 
 
 def test_trained_tokenizer_is_reproducible_and_keeps_special_ids():
-    from integrations.electra.data import SPECIAL_TOKENS, train_wordpiece
+    from integrations.electra.common import SPECIAL_TOKENS, train_wordpiece
 
     rng = np.random.default_rng(0)
     words = [f"w{i}x{j}" for i in range(30) for j in range(5)]

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .checkpoints import load_encoder, load_tokenizer
+from .checkpoints import load_checkpoint_tokenizer, load_encoder
 from .data_source import resolve_data_source
 from ..common import UserError, pick_device
 from .glue import encode_glue_split, run_glue_seed
@@ -109,7 +109,7 @@ def finetune_glue_task(
     output = Path(output_dir)
     rows: list[dict] = []
     for name, location in checkpoint_dirs.items():
-        tokenizer = load_tokenizer(location)
+        tokenizer = load_checkpoint_tokenizer(location)
         encoder = load_encoder(location)
         length = _fit_length(encoder, max_length, log)
         train_features = encode_glue_split(train_data, spec, tokenizer, length)
@@ -192,7 +192,7 @@ def finetune_squad(
     output = Path(output_dir)
     rows: list[dict] = []
     for name, location in checkpoint_dirs.items():
-        tokenizer = load_tokenizer(location)
+        tokenizer = load_checkpoint_tokenizer(location)
         encoder = load_encoder(location)
         length = _fit_length(encoder, max_seq_length, log)
         window_options = {"max_seq_length": length, "doc_stride": doc_stride, "max_query_length": max_query_length}

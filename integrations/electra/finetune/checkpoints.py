@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common import UserError
+from ..common import UserError, load_tokenizer, quiet_transformers
 
 
 @dataclass(frozen=True)
@@ -55,40 +54,10 @@ def check_checkpoint_location(location: str) -> None:
         raise UserError(f"checkpoint directory not found: {location}")
 
 
-@contextlib.contextmanager
-def quiet_transformers():
-    """Silence expected transformers chatter (the 'unused weights' report when the discriminator
-    head is dropped, 'sequence longer than model_max_length' before our own windowing/truncation)
-    and the per-load progress bar; restore both afterwards."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-
-def load_tokenizer(location: str):
-    """The checkpoint's fast tokenizer; it must have [CLS]/[SEP]-style special tokens."""
-    from transformers import AutoTokenizer
-
+def load_checkpoint_tokenizer(location: str):
+    """The checkpoint's fast tokenizer ([CLS]/[SEP]/[PAD] required); a missing path is a clear error."""
     check_checkpoint_location(location)
-    try:
-        with quiet_transformers():
-            tokenizer = AutoTokenizer.from_pretrained(location)
-    except Exception as error:
-        raise UserError(f"could not load a tokenizer from {location}: {type(error).__name__}: {error}") from error
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None or tokenizer.pad_token_id is None:
-        raise UserError(
-            f"tokenizer of {location} lacks a CLS, SEP or PAD token; BERT/ELECTRA-style tokenizers are required"
-        )
-    return tokenizer
+    return load_tokenizer(location)
 
 
 def load_encoder(location: str):

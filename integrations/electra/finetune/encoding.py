@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .checkpoints import quiet_transformers
+from ..common import quiet_transformers
 
 
 def truncate_pair(a: list[int], b: list[int] | None, max_tokens: int) -> tuple[list[int], list[int] | None]:

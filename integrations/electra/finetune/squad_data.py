@@ -18,7 +18,7 @@ from typing import Sequence
 import datasets
 import numpy as np
 
-from .checkpoints import quiet_transformers
+from ..common import quiet_transformers
 from .data_source import DataSource, load_hub_split
 from ..common import UserError
 
