@@ -10,17 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from integrations.electra.finetune.api import finetune_glue, finetune_glue_task
-from integrations.electra.finetune.cli import add_finetune_subparser
-from integrations.electra.finetune.data_source import DataSource, resolve_data_source
 from integrations.electra.common import UserError
-from integrations.electra.finetune.glue_data import GLUE_TASKS, check_local_files, load_glue_split, read_glue_tsv, seeded_subset
-from integrations.electra.finetune.hparams import FinetuneConfig, resolve_config
-from integrations.electra.finetune.results_table import glue_table, render_markdown
+from integrations.electra.finetune.api import finetune_glue, finetune_glue_task, glue_table, render_markdown
+from integrations.electra.finetune.cli import add_finetune_subparser
+from integrations.electra.finetune.glue import (check_local_files, GLUE_TASKS, load_glue_split, read_glue_tsv,
+                                                seeded_subset)
+from integrations.electra.finetune.sources import DataSource, resolve_data_source
+from integrations.electra.finetune.training import FinetuneConfig, layerwise_parameter_groups, resolve_config
 from tests.electra.tiny_checkpoint import build_tiny_checkpoint
 from transformers import get_linear_schedule_with_warmup
-from integrations.electra.finetune.training import layerwise_parameter_groups
 
 SHARED_GLUE = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "glue").resolve()
 POSITIVE = "good great fine nice".split()

@@ -10,21 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
+from integrations.electra.common import load_tokenizer, UserError
 from integrations.electra.finetune.api import finetune_squad
-from integrations.electra.common import load_tokenizer
-from integrations.electra.finetune.data_source import DataSource
-from integrations.electra.common import UserError
-from integrations.electra.finetune.squad import best_spans
-from integrations.electra.finetune.squad_data import (
-    build_squad_windows,
-    build_windows,
-    char_span_to_tokens,
-    find_local_squad_files,
-    load_squad_split,
-    read_squad_json,
-    window_starts,
-)
+from integrations.electra.finetune.sources import DataSource
+from integrations.electra.finetune.squad import (best_spans, build_squad_windows, build_windows,
+                                                 char_span_to_tokens, find_local_squad_files, load_squad_split,
+                                                 read_squad_json, window_starts)
 from tests.electra.tiny_checkpoint import build_tiny_checkpoint
 
 SHARED_SQUAD = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "squad"

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .checkpoints import parse_checkpoint_arg, unique_checkpoint_specs
+from .sources import parse_checkpoint_arg, unique_checkpoint_specs
 from ..common import UserError, report_user_error
-from .glue_data import GLUE_EIGHT, GLUE_TASKS
-from .hparams import PRESETS
+from .glue import GLUE_EIGHT, GLUE_TASKS
+from .training import PRESETS
 
 TASK_CHOICES = (*GLUE_TASKS, "glue", "squad")
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -82,7 +82,7 @@ def _expand_tasks(tasks: Sequence[str]) -> list[str]:
 def execute_finetune(args: argparse.Namespace) -> list[dict]:
     """Run what the parsed arguments ask for and write the combined table; UserError on user errors."""
     from . import api
-    from .results_table import render_markdown, write_results
+    from .api import render_markdown, write_results
 
     if args.threads is not None:
         import torch
