@@ -386,3 +386,15 @@ def test_ranking_auc_counts_pairs_ranked_right_and_ties_as_half():
     pairs = [(p > n) + 0.5 * (p == n) for p in positive.tolist() for n in negative.tolist()]
     assert ranking_auc(positive, negative) == pytest.approx(float(np.mean(pairs)))
     assert math.isnan(ranking_auc(positive, negative[:0]))
+
+
+def test_cli_lets_a_bug_keep_its_traceback(monkeypatch, tmp_path):
+    """Only `UserError` becomes a one-line message; any other exception (a bug) propagates."""
+    import integrations.electra.pretrain as pretrain_package
+
+    def broken(config):
+        raise ValueError("a bug, not a user mistake")
+
+    monkeypatch.setattr(pretrain_package, "pretrain", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        cli.main(["pretrain", "--output-dir", str(tmp_path / "out"), "--no-progress"])
