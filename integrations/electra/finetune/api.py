@@ -1,16 +1,12 @@
 """Python entry points (fine-tune named checkpoints on GLUE tasks or SQuAD, collect result rows) and the result
 tables laid out like the TMR paper's Table 1.
 
-Python entry points: fine-tune named checkpoints on GLUE tasks or SQuAD and collect result rows.
-
-Each function returns one row (a flat dict) per checkpoint × task × seed, writes each row to
+Each entry point returns one row (a flat dict) per checkpoint × task × seed, writes each row to
 ``<output_dir>/runs/<checkpoint>/<task>/seed<k>.json`` and, unless ``write_tables=False``, the
-result tables (``results.md`` and CSVs, see ``results_table``) for the rows it produced.
+result tables (``results.md`` and CSVs, see `write_results` below) for the rows it produced.
 
-Result tables laid out like the TMR paper's Table 1: checkpoints as rows, tasks as columns.
-
-Cells are mean ± sample standard deviation over fine-tuning seeds (just the mean for one seed).
-GLUE scores are fractions (the paper's scale), SQuAD EM/F1 are percentages (the official script's).
+Tables: checkpoints as rows, tasks as columns. Cells are mean ± sample standard deviation over fine-tuning
+seeds (just the mean for one seed). GLUE scores are fractions (the paper's scale), SQuAD EM/F1 are percentages (the official script's).
 Every table states the train/eval subset sizes it was computed on.
 """
 

@@ -1,12 +1,8 @@
 """Where fine-tuning inputs come from: data (a local directory in the official layout, or a hub dataset) and
 the pretrained checkpoint (encoder + tokenizer, from a directory or a hub name).
 
-Where data comes from: a local directory (official file layout) or a Hugging Face hub dataset.
-
-One rule for GLUE and SQuAD: ``None`` or ``"hub"`` means the default hub dataset, ``"hf:NAME"`` a
+One rule for GLUE and SQuAD data: ``None`` or ``"hub"`` means the default hub dataset, ``"hf:NAME"`` a
 named hub dataset, anything else a local directory that must exist.
-
-Loading the pretrained encoder and tokenizer to fine-tune, from a directory or a hub name.
 """
 
 from __future__ import annotations
