@@ -45,14 +45,14 @@ def _add_training_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ..
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .pretrain.config import DEFAULT_OUTPUT
+
     parser = OneLineParser(prog="electra_tmr", description="ELECTRA and TMR (memory replay) pretraining on "
                            "replayloader. With no arguments: compare ELECTRA and TMR(loss_diff) on a tiny model.")
     sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
     compare = sub.add_parser("compare", help="pretrain several variants on the same data and steps, fine-tune, "
                              "and write a side-by-side summary (the default)")
     _add_training_arguments(compare, skip=("variant", "resume", "output_dir"))
-    from .pretrain.config import DEFAULT_OUTPUT
-
     compare.add_argument("--output-dir", dest="root", default=DEFAULT_OUTPUT,
                          help=f"where the runs and the comparison are written (default {DEFAULT_OUTPUT})")
     compare.add_argument("--variants", nargs="+", default=list(COMPARE_VARIANTS), help="variants to compare")
@@ -61,8 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--glue-task", default="sst2", help="GLUE task for the fine-tuning check (default sst2)")
     compare.add_argument("--finetune-train-examples", type=int, default=8000, help="training subset (default 8000)")
     compare.add_argument("--finetune-lr", type=float, default=None,
-                         help="fine-tuning learning rate (default: 1e-3 for the tiny preset, else the "
-                              "fine-tuning preset's)")
+                         help="fine-tuning learning rate (default: "
+                              + ", ".join(f"{lr} for the {name} preset" for name, lr in TINY_FINETUNE_LR.items())
+                              + ", else the fine-tuning preset's)")
     compare.add_argument("--finetune-eval-examples", type=int, default=None, help="dev subset (default: all)")
     compare.add_argument("--finetune-seeds", type=int, nargs="+", default=[0], help="fine-tuning seeds (default 0)")
     compare.add_argument("--no-finetune", action="store_true", help="skip fine-tuning")
