@@ -7,13 +7,12 @@
     python examples/electra_tmr.py finetune --checkpoint runs/.../discriminator --task sst2
 
 Bad arguments or data end with one ``error: ...`` line and exit status 2 (``ELECTRA_TMR_DEBUG=1`` shows the
-traceback instead).
+traceback instead). The pretraining flags are generated from `PretrainConfig`'s fields (declared once there).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import warnings
@@ -22,14 +21,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_GLUE_DIR = REPO_ROOT.parent / "shared" / "data" / "glue"
-DEFAULT_OUTPUT = "runs/electra_tmr"
 COMPARE_VARIANTS = ("electra", "tmr-loss_diff")
 METRIC_KEYS = ("accuracy", "f1", "mcc", "spearman", "pearson")
 TINY_FINETUNE_LR = {"tiny": 1e-3}  # a 64-wide model needs a larger step than ELECTRA-Small's 3e-4
-
-
-class UserError(Exception):
-    """A mistake in arguments or data, reported as one line."""
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -40,75 +34,43 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 # ----------------------------------------------------------------------------- arguments
-def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags shared by ``pretrain`` and ``compare`` (None = the preset's value)."""
-    from .models import PRESETS
+def _add_training_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """Every `PretrainConfig` option (minus ``skip``), plus the process-wide ``--threads``."""
+    from .common import add_dataclass_arguments
+    from .pretrain import PretrainConfig
 
-    g = parser.add_argument_group("model and schedule")
-    g.add_argument("--preset", default="tiny", help=f"model size: {', '.join(PRESETS)} (default tiny)")
-    g.add_argument("--steps", type=int, default=None, help="training steps (default: the preset's)")
-    g.add_argument("--batch-size", type=int, default=None, help="mini-batch size K (tiny 32, small 128, base 256)")
-    g.add_argument("--lr", type=float, default=None, help="peak learning rate (tiny 2e-3, small 5e-4, base 2e-4)")
-    g.add_argument("--warmup-steps", type=int, default=None, help="linear warmup steps (default min(preset's: tiny 100, small/base 10k; steps/10))")
-    g.add_argument("--dropout", type=float, default=None, help="dropout of both models (default: tiny 0.0, small/base 0.1)")
-    g.add_argument("--seed", type=int, default=0, help="seed of init, data order, masking and the buffer")
-    g.add_argument("--replacements", default="generator",
-                   help="generator (default) or uniform: a check that the discriminator learns at all; replacements "
-                        "drawn uniformly from the vocabulary are easy to spot, so its ranking AUC should pass 0.8 "
-                        "within a few dozen steps")
-    g.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: torch's; 1 is faster when other jobs share a small machine)")
-    g = parser.add_argument_group("memory buffer")
-    g.add_argument("--buffer-size", type=int, default=1000, help="buffer capacity N (default 1000, as the paper)")
-    g.add_argument("--alpha", type=float, default=1.0, help="prioritization exponent: P(i) ∝ w_i^alpha (default 1)")
-    g.add_argument("--beta", type=float, default=None, help="importance-weight exponent (default: none, as the paper)")
-    g.add_argument("--grad-norm-method", default="ghost", help="tmr-grad_norm: ghost (hooks) or loop (B passes)")
-    g = parser.add_argument_group("data")
-    g.add_argument("--corpus", default="python-docs",
-                   help="python-docs (embedded, default), text files/dirs/globs (.txt, .gz, NLTK .zip; "
-                        "comma-separated), or a hub dataset name (e.g. wikitext with --corpus-config)")
-    g.add_argument("--corpus-config", default=None, help="hub dataset config, e.g. wikitext-103-raw-v1")
-    g.add_argument("--tokenizer", default=None, help="directory of a saved fast tokenizer (default: train WordPiece)")
-    g.add_argument("--vocab-size", type=int, default=None, help="WordPiece vocabulary (tiny 4096, else 30522)")
-    g.add_argument("--max-len", type=int, default=None, help="tokens per packed example (default 128)")
-    g.add_argument("--max-lines", type=int, default=None, help="use only the first N corpus lines")
-    g = parser.add_argument_group("run")
-    g.add_argument("--output-dir", default=None, help=f"where runs are written (default {DEFAULT_OUTPUT}[/VARIANT])")
-    g.add_argument("--cache-dir", default=None, help="tokenizer/example cache (default: OUTPUT/cache)")
-    g.add_argument("--checkpoint-every", type=int, default=0, help="checkpoint every M steps (0: only at the end)")
-    g.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
-    g.add_argument("--amp", default="none", help="autocast on CUDA: none, bf16 or fp16")
-    g.add_argument("--compile", action="store_true", help="torch.compile the discriminator (CUDA only)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_dataclass_arguments(parser, PretrainConfig, skip)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's; 1 is faster when other jobs share a small machine)")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .pretrain.config import DEFAULT_OUTPUT
+
     parser = OneLineParser(prog="electra_tmr", description="ELECTRA and TMR (memory replay) pretraining on "
                            "replayloader. With no arguments: compare ELECTRA and TMR(loss_diff) on a tiny model.")
     sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
     compare = sub.add_parser("compare", help="pretrain several variants on the same data and steps, fine-tune, "
                              "and write a side-by-side summary (the default)")
-    _add_training_arguments(compare)
+    _add_training_arguments(compare, skip=("variant", "resume", "output_dir"))
+    compare.add_argument("--output-dir", dest="root", default=DEFAULT_OUTPUT,
+                         help=f"where the runs and the comparison are written (default {DEFAULT_OUTPUT})")
     compare.add_argument("--variants", nargs="+", default=list(COMPARE_VARIANTS), help="variants to compare")
     compare.add_argument("--glue-dir", default=str(DEFAULT_GLUE_DIR) if DEFAULT_GLUE_DIR.is_dir() else None,
                          help="GLUE data (official glue_data layout; default ../shared/data/glue when present)")
     compare.add_argument("--glue-task", default="sst2", help="GLUE task for the fine-tuning check (default sst2)")
     compare.add_argument("--finetune-train-examples", type=int, default=8000, help="training subset (default 8000)")
     compare.add_argument("--finetune-lr", type=float, default=None,
-                         help="fine-tuning learning rate (default: 1e-3 for the tiny preset, else the "
-                              "fine-tuning preset's)")
+                         help="fine-tuning learning rate (default: "
+                              + ", ".join(f"{lr} for the {name} preset" for name, lr in TINY_FINETUNE_LR.items())
+                              + ", else the fine-tuning preset's)")
     compare.add_argument("--finetune-eval-examples", type=int, default=None, help="dev subset (default: all)")
     compare.add_argument("--finetune-seeds", type=int, nargs="+", default=[0], help="fine-tuning seeds (default 0)")
     compare.add_argument("--no-finetune", action="store_true", help="skip fine-tuning")
     compare.set_defaults(func=run_compare)
 
-    from .pretrain import VARIANTS
-
     pretrain = sub.add_parser("pretrain", help="pretrain one variant (ELECTRA or a TMR strategy)")
-    pretrain.add_argument("--variant", default="tmr-loss_diff", help=f"one of {', '.join(VARIANTS)}")
     _add_training_arguments(pretrain)
-    pretrain.add_argument("--resume", default=None,
-                          help="continue exactly from a checkpoint (step dir, or a run dir: its latest checkpoint)")
     pretrain.set_defaults(func=run_pretrain)
 
     try:
@@ -122,39 +84,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _finetune_unavailable(exc: Exception) -> int:
+    from .common import UserError
+
     raise UserError(f"the finetune subcommand is not available ({exc})")
 
 
 # ----------------------------------------------------------------------------- commands
-def config_from_args(args: argparse.Namespace, variant: str, output_dir: str):
-    from .pretrain import PretrainConfig
+def pretrain_config(args: argparse.Namespace, **fixed):
+    """The run's config from exactly the typed flags: on ``--resume``, the saved config updated with them."""
+    from .common import typed_options
+    from .pretrain import PretrainConfig, resume_config
 
-    return PretrainConfig(
-        variant=variant, preset=args.preset, corpus=args.corpus, corpus_config=args.corpus_config,
-        tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_len=args.max_len, steps=args.steps,
-        batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=args.warmup_steps, dropout=args.dropout,
-        buffer_size=args.buffer_size, alpha=args.alpha, beta=args.beta, grad_norm_method=args.grad_norm_method,
-        seed=args.seed, device=args.device, amp=args.amp, compile=args.compile, output_dir=output_dir,
-        cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every, max_lines=args.max_lines,
-        replacements=args.replacements,
-        progress=not args.no_progress)
+    typed = {**typed_options(args, PretrainConfig), **fixed}
+    resume = typed.pop("resume", None)
+    return resume_config(resume, **typed) if resume else PretrainConfig(**typed)
 
 
 def run_pretrain(args: argparse.Namespace) -> int:
-    from .pretrain import VARIANTS, pretrain
+    from .pretrain import pretrain
 
-    if args.variant not in VARIANTS:
-        raise UserError(f"unknown variant {args.variant!r}; choose one of {', '.join(VARIANTS)}")
-    if args.resume:
-        from .pretrain import PretrainConfig, find_checkpoint
-
-        checkpoint = find_checkpoint(args.resume)
-        config = PretrainConfig(resume=str(checkpoint), steps=args.steps, checkpoint_every=args.checkpoint_every,
-                                progress=not args.no_progress, device=args.device,
-                                output_dir=args.output_dir or PretrainConfig.output_dir)
-    else:
-        config = config_from_args(args, args.variant, args.output_dir or f"{DEFAULT_OUTPUT}/{args.variant}")
-    result = pretrain(config)
+    result = pretrain(pretrain_config(args))
     print(json.dumps(result.summary, indent=1))
     print(f"wrote {result.output_dir} (metrics.jsonl, losses.png, checkpoints/, discriminator/)")
     return 0
@@ -162,19 +111,19 @@ def run_pretrain(args: argparse.Namespace) -> int:
 
 def run_compare(args: argparse.Namespace) -> int:
     """Pretrain each variant with the same settings, fine-tune their discriminators, write summary.md."""
+    from .common import UserError
     from .pretrain import VARIANTS, plot_metrics, pretrain, read_metrics
 
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
         raise UserError(f"unknown variant {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
     started = time.perf_counter()
-    root = Path(args.output_dir or DEFAULT_OUTPUT)
-    if args.cache_dir is None:
-        args.cache_dir = str(root / "cache")
+    root = Path(args.root)
     results = {}
     for variant in args.variants:
-        print(f"== pretraining {variant} ({args.preset}) ==", flush=True)
-        results[variant] = pretrain(config_from_args(args, variant, str(root / variant)))
+        config = pretrain_config(args, variant=variant, output_dir=str(root / variant))
+        print(f"== pretraining {variant} ({config.preset}) ==", flush=True)
+        results[variant] = pretrain(config)
     plot_metrics({v: read_metrics(r.metrics_path) for v, r in results.items()}, root / "compare.png")
     pretrain_seconds = time.perf_counter() - started
 
@@ -190,7 +139,8 @@ def run_compare(args: argparse.Namespace) -> int:
         except ImportError as exc:
             finetune_note = f"fine-tuning skipped: the finetune package is not available ({exc})"
         else:
-            finetune_lr = args.finetune_lr if args.finetune_lr is not None else TINY_FINETUNE_LR.get(args.preset)
+            preset = next(iter(results.values())).config.preset
+            finetune_lr = args.finetune_lr if args.finetune_lr is not None else TINY_FINETUNE_LR.get(preset)
             print(f"== fine-tuning on {args.glue_task} ==", flush=True)
             finetune_rows = finetune_glue_task(
                 {v: r.discriminator_dir for v, r in results.items()}, args.glue_task, args.glue_dir,
@@ -261,6 +211,8 @@ def comparison_markdown(results: dict, finetune_rows: list[dict], finetune_note:
 # ----------------------------------------------------------------------------- entry point
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run, and turn user errors into one ``error:`` line (exit status 2)."""
+    from .common import UserError, report_user_error
+
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["compare", *argv]
@@ -268,24 +220,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "func"):
         build_parser().print_help()
         return 2
-    if getattr(args, "threads", None):
-        if args.threads < 1:
-            print(f"error: --threads must be >= 1, got {args.threads}", file=sys.stderr)
-            return 2
-        import torch
-
-        torch.set_num_threads(args.threads)
-    from .data import CorpusError
-
     try:
+        if getattr(args, "threads", None) is not None:
+            if args.threads < 1:
+                raise UserError(f"--threads must be >= 1, got {args.threads}")
+            import torch
+
+            torch.set_num_threads(args.threads)
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             return int(args.func(args) or 0)
-    except (UserError, CorpusError, ValueError, FileNotFoundError) as exc:
-        if os.environ.get("ELECTRA_TMR_DEBUG"):
-            raise
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except UserError as error:
+        return report_user_error(error)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

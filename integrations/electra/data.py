@@ -32,15 +32,12 @@ from typing import Any
 import numpy as np
 import torch
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+from .common import SPECIAL_TOKENS, UserError, load_tokenizer, train_wordpiece  # noqa: F401
+
 EMBEDDED_CORPORA = ("python-docs", "python-topics")
 TEXT_SUFFIXES = (".txt", ".txt.gz", ".gz", ".tokens", ".raw", ".zip")
 CACHE_FORMAT = 3  # bump when the cached example layout changes
 LEAKY_FILES = ("squad-dev-articles",)
-
-
-class CorpusError(ValueError):
-    """A problem with the corpus or tokenizer that the user must fix (reported as one line, no traceback)."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +67,12 @@ def resolve_corpus(corpus: str, config: str | None = None) -> CorpusSpec:
     """
     corpus = corpus.strip()
     if not corpus:
-        raise CorpusError("--corpus is empty")
+        raise UserError("--corpus is empty")
     name = corpus[len("embedded:"):] if corpus.startswith("embedded:") else corpus
     if name in EMBEDDED_CORPORA:
         return CorpusSpec("embedded", name)
     if corpus.startswith("embedded:"):
-        raise CorpusError(f"unknown embedded corpus {name!r}; choose one of {', '.join(EMBEDDED_CORPORA)}")
+        raise UserError(f"unknown embedded corpus {name!r}; choose one of {', '.join(EMBEDDED_CORPORA)}")
     if corpus.startswith("hub:"):
         return CorpusSpec("hub", corpus[4:], config=config)
     parts = [p for p in corpus.split(",") if p]
@@ -86,12 +83,12 @@ def resolve_corpus(corpus: str, config: str | None = None) -> CorpusSpec:
     for part in parts:
         matches = sorted(glob.glob(os.path.expanduser(part), recursive=True))
         if not matches:
-            raise CorpusError(f"corpus file not found: {part} (for a hub dataset with a '/' use hub:{part})")
+            raise UserError(f"corpus file not found: {part} (for a hub dataset with a '/' use hub:{part})")
         for match in matches:
             if os.path.isdir(match):
                 found = sorted(str(p) for p in Path(match).rglob("*") if p.is_file() and p.name.endswith(TEXT_SUFFIXES))
                 if not found:
-                    raise CorpusError(f"corpus directory has no text files ({', '.join(TEXT_SUFFIXES)}): {match}")
+                    raise UserError(f"corpus directory has no text files ({', '.join(TEXT_SUFFIXES)}): {match}")
                 files.extend(found)
             else:
                 files.append(match)
@@ -184,7 +181,7 @@ def text_files_for(spec: CorpusSpec, cache_dir: Path) -> list[str]:
     for f in spec.files:
         if f.endswith(".zip"):
             if not zipfile.is_zipfile(f):
-                raise CorpusError(f"not a valid zip archive: {f}")
+                raise UserError(f"not a valid zip archive: {f}")
             files.append(_zip_to_text(f, text_dir))
         else:
             if f.endswith(".gz"):
@@ -192,7 +189,7 @@ def text_files_for(spec: CorpusSpec, cache_dir: Path) -> list[str]:
                     with gzip.open(f, "rb") as probe:
                         probe.read(1)
                 except OSError as exc:
-                    raise CorpusError(f"cannot read gzip file {f}: {exc}") from None
+                    raise UserError(f"cannot read gzip file {f}: {exc}") from None
             files.append(f)
     return files
 
@@ -208,11 +205,11 @@ def load_text_dataset(spec: CorpusSpec, cache_dir: Path):
             ds = datasets.load_dataset(spec.name, spec.config, split="train", cache_dir=hf_cache)
         except Exception as exc:  # the hub raises many types; the user needs one line
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise CorpusError(f"cannot load hub dataset {spec.name!r}"
+            raise UserError(f"cannot load hub dataset {spec.name!r}"
                               f"{' config ' + repr(spec.config) if spec.config else ''}: {msg}") from None
         columns = [name for name, feature in ds.features.items() if getattr(feature, "dtype", None) == "string"]
         if not columns:
-            raise CorpusError(f"hub dataset {spec.name!r} has no string column to pretrain on")
+            raise UserError(f"hub dataset {spec.name!r} has no string column to pretrain on")
         column = "text" if "text" in columns else columns[0]
         ds = ds.select_columns([column])
         return ds if column == "text" else ds.rename_column(column, "text")
@@ -220,51 +217,7 @@ def load_text_dataset(spec: CorpusSpec, cache_dir: Path):
     try:
         return datasets.load_dataset("text", data_files={"train": files}, split="train", cache_dir=hf_cache)
     except Exception as exc:
-        raise CorpusError(f"cannot read corpus files ({', '.join(files[:3])}...): {exc}") from None
-
-
-# ----------------------------------------------------------------------------- tokenizer
-def train_wordpiece(texts, vocab_size: int, lowercase: bool = True):
-    """Train an uncased BERT-style WordPiece tokenizer (ELECTRA's kind) and wrap it as a fast HF tokenizer."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS),
-                                        show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    # The trainer breaks count ties in hash-map order, so ids differ from process to process; WordPiece only
-    # needs the token set, so renumber it canonically (specials first, then sorted) for reproducible runs.
-    learned = tok.get_vocab()
-    ordered = list(SPECIAL_TOKENS) + sorted(t for t in learned if t not in SPECIAL_TOKENS)
-    tok.model = models.WordPiece({token: i for i, token in enumerate(ordered)}, unk_token="[UNK]")
-    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
-
-
-def load_tokenizer(path: str):
-    """Load a saved fast tokenizer and check it has the special tokens ELECTRA needs."""
-    from transformers import AutoTokenizer
-
-    if not os.path.isdir(path):
-        raise CorpusError(f"tokenizer directory not found: {path}")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except Exception as exc:
-        raise CorpusError(f"cannot load tokenizer from {path}: {str(exc).splitlines()[0]}") from None
-    missing = [name for name in ("pad_token_id", "cls_token_id", "sep_token_id", "mask_token_id")
-               if getattr(tokenizer, name, None) is None]
-    if missing or not tokenizer.is_fast:
-        raise CorpusError(f"tokenizer in {path} must be a fast tokenizer with [PAD]/[CLS]/[SEP]/[MASK] "
-                          f"(missing: {', '.join(missing) or 'fast backend'})")
-    return tokenizer
+        raise UserError(f"cannot read corpus files ({', '.join(files[:3])}...): {exc}") from None
 
 
 # ----------------------------------------------------------------------------- packing
@@ -314,7 +267,7 @@ def prepare_pretraining_data(corpus: str, cache_dir: str | os.PathLike, vocab_si
     import datasets
 
     if max_len < 8:
-        raise CorpusError(f"max_len must be at least 8, got {max_len}")
+        raise UserError(f"max_len must be at least 8, got {max_len}")
     started = time.perf_counter()
     cache_root = Path(cache_dir)
     spec = resolve_corpus(corpus, corpus_config)
@@ -330,9 +283,9 @@ def prepare_pretraining_data(corpus: str, cache_dir: str | os.PathLike, vocab_si
         if max_lines is not None:
             text = text.select(range(min(max_lines, len(text))))
         if len(text) == 0:
-            raise CorpusError(f"corpus {corpus!r} is empty (no non-blank lines)")
+            raise UserError(f"corpus {corpus!r} is empty (no non-blank lines)")
         if tokenizer_path:
-            tokenizer = load_tokenizer(tokenizer_path)
+            tokenizer = load_tokenizer(tokenizer_path, need_mask=True)
         else:
             tokenizer = train_wordpiece((text[i:i + 1000]["text"] for i in range(0, len(text), 1000)), vocab_size)
         tmp = entry.with_name(entry.name + f".tmp{os.getpid()}")
@@ -340,14 +293,14 @@ def prepare_pretraining_data(corpus: str, cache_dir: str | os.PathLike, vocab_si
         tokenizer.save_pretrained(str(tmp / "tokenizer"))
         examples = _tokenize_and_pack(text, tokenizer, max_len, num_proc)
         if len(examples) == 0:
-            raise CorpusError(f"corpus {corpus!r} is too small to make a single example of {max_len} tokens")
+            raise UserError(f"corpus {corpus!r} is too small to make a single example of {max_len} tokens")
         examples.save_to_disk(str(tmp / "examples"))
         (tmp / "source.json").write_text(json.dumps(key_source, indent=1))
         if entry.exists():  # another process won the race; keep its copy
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.rename(entry)
-    tokenizer = load_tokenizer(str(tokenizer_dir))
+    tokenizer = load_tokenizer(str(tokenizer_dir), need_mask=True)
     examples = datasets.load_from_disk(str(examples_dir)).with_format("numpy")  # memory-mapped
     return PretrainingData(examples, tokenizer, str(tokenizer_dir), str(entry), max_len,
                            time.perf_counter() - started)
@@ -377,7 +330,7 @@ def _dir_digest(path: str) -> str:
     digest = hashlib.sha1()
     root = Path(path)
     if not root.is_dir():
-        raise CorpusError(f"tokenizer directory not found: {path}")
+        raise UserError(f"tokenizer directory not found: {path}")
     for f in sorted(root.rglob("*")):
         if f.is_file():
             digest.update(f.name.encode())
@@ -395,7 +348,7 @@ class BatchStream:
 
     def __init__(self, examples: Any, batch_size: int, seed: int, pad_id: int, device: torch.device | str = "cpu"):
         if len(examples) < batch_size:
-            raise CorpusError(f"corpus has {len(examples)} packed examples, fewer than the batch size {batch_size}; "
+            raise UserError(f"corpus has {len(examples)} packed examples, fewer than the batch size {batch_size}; "
                               "use more text, a smaller --batch-size or a smaller --max-len")
         self.examples = examples
         self.batch_size = batch_size
@@ -404,6 +357,7 @@ class BatchStream:
         self.device = torch.device(device)
         self.epoch = 0
         self.position = 0
+        self.last_seconds = 0.0  # time the latest batch took to read
         self._order = self._permutation(0)
 
     def _permutation(self, epoch: int) -> np.ndarray:
@@ -413,6 +367,12 @@ class BatchStream:
         return self
 
     def __next__(self) -> dict[str, torch.Tensor]:
+        started = time.perf_counter()
+        batch = self._next_batch()
+        self.last_seconds = time.perf_counter() - started
+        return batch
+
+    def _next_batch(self) -> dict[str, torch.Tensor]:
         if self.position + self.batch_size > len(self._order):
             self.epoch += 1
             self.position = 0
@@ -428,6 +388,6 @@ class BatchStream:
 
     def load_state_dict(self, state: dict) -> None:
         if int(state["n"]) != len(self.examples) or int(state["seed"]) != self.seed:
-            raise CorpusError("checkpoint was made on different data (example count or seed differ)")
+            raise UserError("checkpoint was made on different data (example count or seed differ)")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._order = self._permutation(self.epoch)

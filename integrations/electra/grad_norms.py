@@ -6,8 +6,9 @@
   c_i ∂ℓ_i/∂out when the backpropagated loss is Σ_i c_i ℓ_i, so the caller divides by c_i.
 * `loop_grad_norms`: the same numbers from one backward pass per example; slow (B passes), obviously right,
   used as the reference in tests and available as ``--grad-norm-method loop``.
-* `logit_gradient_bound`: Katharopoulos & Fleuret (2018): the norm of ∂ℓ_i/∂(logits), which bounds
-  ‖∇_θ ℓ_i‖ up to a constant for the layers below; costs nothing beyond the forward pass.
+
+The Katharopoulos & Fleuret bound (the norm of ∂ℓ_i/∂logits) is the library's: `replayloader.strategies.GradBound`
+computes it from the logits, targets and mask that the loop feeds back.
 """
 from __future__ import annotations
 
@@ -179,25 +180,3 @@ def loop_grad_norms(model: nn.Module, example_losses: Callable[[nn.Module, Mappi
         grads = torch.autograd.grad(loss, params, allow_unused=True)
         norms[i] = torch.sqrt(sum((g.double() ** 2).sum() for g in grads if g is not None))
     return norms
-
-
-def logit_gradient_bound(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Katharopoulos & Fleuret's bound: per-example ‖∂ℓ_i/∂z_i‖ for ℓ_i = mean BCE over the unmasked tokens.
-
-    ∂ℓ_i/∂z_t = (σ(z_t) − y_t)/n_i, so the bound is ‖(σ(z) − y)·mask‖ / n_i. It is proportional to an upper bound
-    of the full gradient norm only up to the (unknown) Lipschitz constant of the layers below.
-    """
-    mask = mask.to(torch.float32)
-    residual = (torch.sigmoid(logits.detach().float()) - labels.float()) * mask
-    return residual.pow(2).sum(1).sqrt() / mask.sum(1).clamp_min(1.0)
-
-
-def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Spearman rank correlation of two 1-D tensors (ties broken by order; fine for continuous values)."""
-    if a.numel() < 2:
-        return float("nan")
-    ra = a.double().argsort().argsort().double()
-    rb = b.double().argsort().argsort().double()
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    denominator = (ra.norm() * rb.norm()).item()
-    return float((ra @ rb).item() / denominator) if denominator > 0 else float("nan")

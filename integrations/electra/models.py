@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
+from .common import UserError
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -34,6 +36,7 @@ class Preset:
     steps: int
     dropout: float = 0.1
     generator_fraction: float = 0.25
+    generator_layers: int | None = None  # None: as deep as the discriminator
 
     @property
     def generator_hidden(self) -> int:
@@ -70,9 +73,9 @@ PRESETS: dict[str, Preset] = {
 
 
 def get_preset(name: str) -> Preset:
-    """Look a preset up by name (ValueError listing the choices otherwise)."""
+    """Look a preset up by name (a `UserError` listing the choices otherwise)."""
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     return PRESETS[name]
 
 
@@ -84,7 +87,8 @@ def electra_configs(preset: Preset, vocab_size: int, pad_token_id: int,
                   hidden_dropout_prob=p, attention_probs_dropout_prob=p, pad_token_id=pad_token_id)
     discriminator = ElectraConfig(hidden_size=preset.hidden, num_hidden_layers=preset.layers,
                                   num_attention_heads=preset.heads, intermediate_size=preset.ffn, **common)
-    generator = ElectraConfig(hidden_size=preset.generator_hidden, num_hidden_layers=preset.layers,
+    generator = ElectraConfig(hidden_size=preset.generator_hidden,
+                              num_hidden_layers=preset.generator_layers or preset.layers,
                               num_attention_heads=preset.generator_heads, intermediate_size=preset.generator_ffn,
                               **common)
     return generator, discriminator

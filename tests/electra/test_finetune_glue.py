@@ -10,16 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from integrations.electra.finetune.api import finetune_glue, finetune_glue_task
+from integrations.electra.common import UserError
+from integrations.electra.finetune.api import finetune_glue, finetune_glue_task, glue_table, render_markdown
 from integrations.electra.finetune.cli import add_finetune_subparser
-from integrations.electra.finetune.data_source import DataSource, resolve_data_source
-from integrations.electra.finetune.errors import FinetuneError
-from integrations.electra.finetune.glue_data import GLUE_TASKS, check_local_files, load_glue_split, read_glue_tsv, seeded_subset
-from integrations.electra.finetune.hparams import FinetuneConfig, resolve_config
-from integrations.electra.finetune.results_table import glue_table, render_markdown
-from integrations.electra.finetune.tiny import build_tiny_checkpoint
-from integrations.electra.finetune.training import layerwise_parameter_groups, linear_warmup_decay
+from integrations.electra.finetune.glue import (check_local_files, GLUE_TASKS, load_glue_split, read_glue_tsv,
+                                                seeded_subset)
+from integrations.electra.finetune.sources import DataSource, resolve_data_source
+from integrations.electra.finetune.training import FinetuneConfig, layerwise_parameter_groups, resolve_config
+from tests.electra.tiny_checkpoint import build_tiny_checkpoint
+from transformers import get_linear_schedule_with_warmup
 
 SHARED_GLUE = (Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "glue").resolve()
 POSITIVE = "good great fine nice".split()
@@ -95,7 +94,7 @@ def test_qnli_loader_and_missing_train_file_is_named(tmp_path):
     task, source = GLUE_TASKS["qnli"], DataSource(local_dir=glue)
     dev = load_glue_split(task, "validation", source)
     assert dev["question"] == ["Who wrote it?", "When?"] and dev["label"] == [0, 1]
-    with pytest.raises(FinetuneError, match=r"missing file .*QNLI/train\.tsv"):
+    with pytest.raises(UserError, match=r"missing file .*QNLI/train\.tsv"):
         check_local_files(task, source)
     write_tsv(glue / "QNLI" / "train.tsv", header, [["0", "Q?", "S.", "entailment"]])
     assert len(load_glue_split(task, "train", source)) == 1
@@ -116,7 +115,7 @@ def test_data_source_rules(tmp_path):
     assert resolve_data_source(None, "nyu-mll/glue", "GLUE").hub_name == "nyu-mll/glue"
     assert resolve_data_source("hf:someone/glue", "nyu-mll/glue", "GLUE").hub_name == "someone/glue"
     assert resolve_data_source(str(tmp_path), "nyu-mll/glue", "GLUE").local_dir == tmp_path
-    with pytest.raises(FinetuneError, match="GLUE directory not found"):
+    with pytest.raises(UserError, match="GLUE directory not found"):
         resolve_data_source(str(tmp_path / "nope"), "nyu-mll/glue", "GLUE")
 
 
@@ -143,7 +142,7 @@ def test_hub_failure_is_one_clear_error(monkeypatch):
         raise ConnectionError("no network")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(FinetuneError, match=r"hub dataset nyu-mll/glue/sst2 .*no network.*local directory"):
+    with pytest.raises(UserError, match=r"hub dataset nyu-mll/glue/sst2 .*no network.*local directory"):
         load_glue_split(GLUE_TASKS["sst2"], "train", resolve_data_source("hub", "nyu-mll/glue", "GLUE"))
 
 
@@ -206,13 +205,15 @@ def test_layerwise_learning_rates_follow_electra():
 
 def test_warmup_then_linear_decay():
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = linear_warmup_decay(optimizer, warmup_steps=2, total_steps=10)
+    scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=2, num_training_steps=10)
     rates = []
     for _ in range(10):
         rates.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         scheduler.step()
-    assert rates == pytest.approx([0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125])
+    # transformers' schedule warms up as step/warmup (the hand-written one before issue 14 used (step+1)/warmup,
+    # i.e. [0.5, 1.0, 1.0, ...]): the first step runs at rate 0.
+    assert rates == pytest.approx([0.0, 0.5, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125])
 
 
 def test_presets_and_task_epochs():
@@ -222,7 +223,7 @@ def test_presets_and_task_epochs():
     assert (large.learning_rate, large.layer_decay) == (5e-5, 0.9)
     assert resolve_config(256, 3, learning_rate=1e-3, epochs=1, batch_size=8).batch_size == 8
     assert GLUE_TASKS["rte"].epochs == GLUE_TASKS["stsb"].epochs == 10 and GLUE_TASKS["sst2"].epochs == 3
-    with pytest.raises(FinetuneError):
+    with pytest.raises(UserError):
         resolve_config(256, 3, preset="huge")
 
 

@@ -10,22 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
+from integrations.electra.common import load_tokenizer, UserError
 from integrations.electra.finetune.api import finetune_squad
-from integrations.electra.finetune.checkpoints import load_tokenizer
-from integrations.electra.finetune.data_source import DataSource
-from integrations.electra.finetune.errors import FinetuneError
-from integrations.electra.finetune.squad import best_spans
-from integrations.electra.finetune.squad_data import (
-    build_squad_windows,
-    build_windows,
-    char_span_to_tokens,
-    find_local_squad_files,
-    load_squad_split,
-    read_squad_json,
-    window_starts,
-)
-from integrations.electra.finetune.tiny import build_tiny_checkpoint
+from integrations.electra.finetune.sources import DataSource
+from integrations.electra.finetune.squad import (best_spans, build_squad_windows, build_windows,
+                                                 char_span_to_tokens, find_local_squad_files, load_squad_split,
+                                                 read_squad_json, window_starts)
+from tests.electra.tiny_checkpoint import build_tiny_checkpoint
 
 SHARED_SQUAD = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "squad"
 FILLER = "river stone green field house quiet old small north winter bright road tree light".split()
@@ -206,7 +197,7 @@ def test_hub_name_is_used_when_no_directory_is_given(monkeypatch):
 
 
 def test_missing_squad_file_is_named(tmp_path):
-    with pytest.raises(FinetuneError, match="dev-v1.1.json"):
+    with pytest.raises(UserError, match="dev-v1.1.json"):
         find_local_squad_files(tmp_path, "validation")
 
 

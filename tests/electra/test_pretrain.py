@@ -13,12 +13,13 @@ pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
 from integrations.electra import cli  # noqa: E402
-from integrations.electra.grad_norms import GhostNorms, logit_gradient_bound, loop_grad_norms  # noqa: E402
+from integrations.electra.grad_norms import GhostNorms, loop_grad_norms  # noqa: E402
 from integrations.electra.models import (PRESETS, build_electra_pair, embeddings_are_shared,  # noqa: E402
                                          with_overrides)
 from integrations.electra.pretrain import (VARIANTS, PretrainConfig, SpecialIds, choose_masked_positions,  # noqa: E402
                                            corrupt_batch, discriminator_losses, gumbel_max_sample, make_optimizer,
-                                           mask_inputs, pretrain, read_metrics, uniform_replacements)
+                                           mask_inputs, pretrain, read_metrics, resume_config,
+                                           uniform_replacements)
 
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4)
 VOCAB = 120
@@ -40,19 +41,6 @@ def random_batch(batch: int = 6, length: int = 24, seed: int = 0, pad_rows: bool
 def tiny_pair(dropout: float = 0.0, seed: int = 0, **sizes):
     preset = with_overrides(PRESETS["tiny"], **sizes)
     return build_electra_pair(preset, VOCAB, SPECIAL.pad, dropout=dropout, seed=seed)
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory) -> dict:
-    """A generated English-like corpus file and a shared cache, so tokenizer/examples are built once."""
-    root = tmp_path_factory.mktemp("corpus")
-    rng = np.random.default_rng(0)
-    words = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "to", "house", "big", "small", "red", "blue",
-             "quickly", "slowly", "and", "but", "then", "saw", "bird", "tree", "under", "over", "green", "old"]
-    lines = [" ".join(rng.choice(words, size=rng.integers(5, 15))) + "." for _ in range(1500)]
-    path = root / "corpus.txt"
-    path.write_text("\n".join(lines) + "\n")
-    return {"file": str(path), "cache": str(root / "cache"), "root": root}
 
 
 def tiny_config(corpus: dict, out, **overrides) -> PretrainConfig:
@@ -199,6 +187,8 @@ def test_ghost_norms_equal_a_loop_of_batch1_backward_passes(weighted):
 
 
 def test_logit_bound_matches_its_definition_and_the_core_helper():
+    """tmr-grad_bound feeds logits/labels/mask back and the library's `grad_bound_sigmoid` computes the bound: it
+    must be ‖∂ℓ_i/∂z_i‖ for the discriminator's per-example loss ℓ_i (mean BCE over real tokens)."""
     from replayloader.strategies import grad_bound_sigmoid
 
     torch.manual_seed(0)
@@ -206,13 +196,12 @@ def test_logit_bound_matches_its_definition_and_the_core_helper():
     labels = (torch.rand(4, 10) < 0.3).float()
     mask = torch.ones(4, 10)
     mask[2, 6:] = 0
-    bound = logit_gradient_bound(logits, labels, mask)
+    bound = grad_bound_sigmoid(logits.detach(), labels, mask)
     for i in range(4):
         per_token = torch.nn.functional.binary_cross_entropy_with_logits(logits[i], labels[i], reduction="none")
         loss = (per_token * mask[i]).sum() / mask[i].sum()
         (grad,) = torch.autograd.grad(loss, logits)
         assert math.isclose(float(grad.norm()), float(bound[i]), rel_tol=1e-5)
-    assert np.allclose(grad_bound_sigmoid(logits.detach(), labels, mask), bound.numpy(), rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- the training loop
@@ -261,8 +250,8 @@ def test_checkpoint_resume_reproduces_the_uninterrupted_run_exactly(corpus, tmp_
                                 dropout=0.1, variant="tmr-loss_diff"))
     assert (tmp_path / "full" / "checkpoints" / "step-00000004" / "tensors.safetensors").is_file()
     shutil.copytree(tmp_path / "full", tmp_path / "resumed")
-    resumed = pretrain(PretrainConfig(resume=str(tmp_path / "resumed" / "checkpoints" / "step-00000004"),
-                                      output_dir=str(tmp_path / "resumed"), progress=False))
+    resumed = pretrain(resume_config(str(tmp_path / "resumed" / "checkpoints" / "step-00000004"),
+                                     output_dir=str(tmp_path / "resumed"), progress=False))
     assert resumed.losses == full.losses  # steps 1-4 kept from the log, 5-8 recomputed after the resume
     first = read_metrics(tmp_path / "full" / "metrics.jsonl")
     again = read_metrics(tmp_path / "resumed" / "metrics.jsonl")
@@ -341,3 +330,71 @@ def test_cli_compare_fine_tunes_both_discriminators(corpus, tmp_path):
     assert status == 0
     summary = (tmp_path / "cmp" / "summary.md").read_text()
     assert "Fine-tuning (sst2, dev)" in summary and "| tmr-loss_diff | 1 |" in summary
+
+
+def test_resume_keeps_every_typed_flag_even_one_equal_to_its_default(tmp_path):
+    step_dir = tmp_path / "run" / "checkpoints" / "step-00000004"
+    step_dir.mkdir(parents=True)
+    saved = PretrainConfig(variant="tmr-grad_norm", steps=8, checkpoint_every=4, seed=3, mask_prob=0.2,
+                           output_dir=str(tmp_path / "run"))
+    (step_dir / "state.json").write_text(json.dumps({"config": saved.to_json()}))
+    args = cli.build_parser().parse_args(["pretrain", "--resume", str(tmp_path / "run"), "--checkpoint-every", "0",
+                                          "--steps", "12", "--no-progress"])
+    config = cli.pretrain_config(args)
+    assert config.checkpoint_every == 0  # typed, and equal to the default: still applied
+    assert config.steps == 12 and config.progress is False
+    assert (config.variant, config.seed, config.mask_prob) == ("tmr-grad_norm", 3, 0.2)  # not typed: as saved
+    assert config.output_dir == str(tmp_path / "run") and config.resume == str(step_dir)
+
+
+def test_cli_flags_map_onto_config_fields_and_only_typed_ones_are_set():
+    args = cli.build_parser().parse_args(["pretrain", "--mask-prob", "0.3", "--lr", "1e-3", "--hidden", "32",
+                                          "--generator-fraction", "0.5"])
+    config = cli.pretrain_config(args)
+    assert (config.mask_prob, config.learning_rate, config.hidden, config.generator_fraction) == (0.3, 1e-3, 32, 0.5)
+    assert config.steps is None and config.layers is None  # untyped: the preset's value, filled in later
+
+
+def test_model_size_options_shape_both_models_and_default_to_the_preset():
+    from integrations.electra.pretrain import model_preset
+
+    default = model_preset(PretrainConfig().filled())
+    assert default == with_overrides(PRESETS["tiny"], max_len=PRESETS["tiny"].max_len)
+    sized = model_preset(PretrainConfig(hidden=32, layers=3, generator_fraction=0.5, generator_layers=1).filled())
+    pair = build_electra_pair(sized, VOCAB, SPECIAL.pad)
+    d, g = pair.discriminator.config, pair.generator.config
+    assert (d.hidden_size, d.intermediate_size, d.embedding_size, d.num_hidden_layers) == (32, 128, 32, 3)
+    assert (g.hidden_size, g.intermediate_size, g.num_hidden_layers) == (16, 64, 1)
+    assert g.embedding_size == 32  # the shared embedding table
+
+
+@pytest.mark.parametrize("overrides, fragment", [
+    ({"hidden": 33}, "--hidden"), ({"layers": 0}, "--layers"), ({"generator_fraction": 1.5}, "--generator-fraction"),
+    ({"generator_layers": 0}, "--generator-layers"), ({"mask_prob": 1.0}, "--mask-prob"),
+])
+def test_bad_model_options_are_user_errors_naming_the_flag(overrides, fragment):
+    from integrations.electra.common import UserError
+
+    with pytest.raises(UserError, match=fragment):
+        PretrainConfig(**overrides).filled()
+
+
+def test_ranking_auc_counts_pairs_ranked_right_and_ties_as_half():
+    from integrations.electra.pretrain.metrics import ranking_auc
+
+    positive, negative = torch.tensor([0.9, 0.2, 0.5]), torch.tensor([0.1, 0.5, 0.3, 0.95])
+    pairs = [(p > n) + 0.5 * (p == n) for p in positive.tolist() for n in negative.tolist()]
+    assert ranking_auc(positive, negative) == pytest.approx(float(np.mean(pairs)))
+    assert math.isnan(ranking_auc(positive, negative[:0]))
+
+
+def test_cli_lets_a_bug_keep_its_traceback(monkeypatch, tmp_path):
+    """Only `UserError` becomes a one-line message; any other exception (a bug) propagates."""
+    import integrations.electra.pretrain as pretrain_package
+
+    def broken(config):
+        raise ValueError("a bug, not a user mistake")
+
+    monkeypatch.setattr(pretrain_package, "pretrain", broken)
+    with pytest.raises(ValueError, match="a bug"):
+        cli.main(["pretrain", "--output-dir", str(tmp_path / "out"), "--no-progress"])

@@ -11,7 +11,8 @@ import pytest
 pytest.importorskip("datasets")
 pytest.importorskip("tokenizers")
 
-from integrations.electra.data import (BatchStream, CorpusError, pack_token_stream,  # noqa: E402
+from integrations.electra.common import UserError  # noqa: E402
+from integrations.electra.data import (BatchStream, pack_token_stream,  # noqa: E402
                                        prepare_pretraining_data, resolve_corpus, text_files_for)
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -38,9 +39,9 @@ def test_corpus_names_resolve_to_embedded_files_or_hub(tmp_path):
         f.write("gzip text\n")
     spec = resolve_corpus(str(tmp_path))
     assert spec.kind == "files" and [Path(f).name for f in spec.files] == ["a.txt", "b.txt.gz"]
-    with pytest.raises(CorpusError, match="not found"):
+    with pytest.raises(UserError, match="not found"):
         resolve_corpus(str(tmp_path / "missing.txt"))
-    with pytest.raises(CorpusError, match="unknown embedded"):
+    with pytest.raises(UserError, match="unknown embedded"):
         resolve_corpus("embedded:nope")
 
 
@@ -83,7 +84,7 @@ def test_batch_stream_position_round_trips():
     other = BatchStream(Rows(), batch_size=6, seed=3, pad_id=0)
     other.load_state_dict(state)
     assert all((a == next(other)["input_ids"]).all() for a in expected)
-    with pytest.raises(CorpusError, match="fewer than the batch size"):
+    with pytest.raises(UserError, match="fewer than the batch size"):
         BatchStream(Rows(), batch_size=64, seed=0, pad_id=0)
 
 
@@ -98,7 +99,7 @@ def test_shared_gz_and_nltk_zip_corpora(tmp_path):
 
 
 def test_trained_tokenizer_is_reproducible_and_keeps_special_ids():
-    from integrations.electra.data import SPECIAL_TOKENS, train_wordpiece
+    from integrations.electra.common import SPECIAL_TOKENS, train_wordpiece
 
     rng = np.random.default_rng(0)
     words = [f"w{i}x{j}" for i in range(30) for j in range(5)]

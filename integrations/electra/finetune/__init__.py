@@ -4,9 +4,7 @@ Entry points: ``finetune_glue_task``, ``finetune_glue``, ``finetune_squad`` (Pyt
 ``add_finetune_subparser`` (command line). See README.md in this folder.
 """
 
-from .errors import FinetuneError
-
-__all__ = ["FinetuneError", "add_finetune_subparser", "finetune_glue", "finetune_glue_task", "finetune_squad"]
+__all__ = ["add_finetune_subparser", "finetune_glue", "finetune_glue_task", "finetune_squad"]
 
 
 def __getattr__(name: str):

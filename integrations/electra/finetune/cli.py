@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .checkpoints import parse_checkpoint_arg, unique_checkpoint_specs
-from .errors import FinetuneError
-from .glue_data import GLUE_EIGHT, GLUE_TASKS
-from .hparams import PRESETS
+from .sources import parse_checkpoint_arg, unique_checkpoint_specs
+from ..common import UserError, report_user_error
+from .glue import GLUE_EIGHT, GLUE_TASKS
+from .training import PRESETS
 
 TASK_CHOICES = (*GLUE_TASKS, "glue", "squad")
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -80,9 +80,9 @@ def _expand_tasks(tasks: Sequence[str]) -> list[str]:
 
 
 def execute_finetune(args: argparse.Namespace) -> list[dict]:
-    """Run what the parsed arguments ask for and write the combined table; FinetuneError on user errors."""
+    """Run what the parsed arguments ask for and write the combined table; UserError on user errors."""
     from . import api
-    from .results_table import render_markdown, write_results
+    from .api import render_markdown, write_results
 
     if args.threads is not None:
         import torch
@@ -114,9 +114,8 @@ def run_finetune(args: argparse.Namespace) -> int:
     """``func`` of the subcommand: user errors are printed as one line (no traceback), exit status 2."""
     try:
         execute_finetune(args)
-    except FinetuneError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except UserError as error:
+        raise SystemExit(report_user_error(error)) from None
     return 0
 
 

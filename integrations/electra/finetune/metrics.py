@@ -1,4 +1,4 @@
-"""GLUE and SQuAD v1.1 metrics, written out so that their exact definitions are visible and tested.
+"""GLUE and SQuAD v1.1 metrics: scikit-learn / scipy for GLUE, the official SQuAD v1.1 definitions written out.
 
 GLUE scores are fractions in [0, 1] (as in the TMR paper's Table 1); SQuAD scores are percentages in
 [0, 100] (as printed by the official ``evaluate-v1.1.py``).
@@ -7,12 +7,16 @@ GLUE scores are fractions in [0, 1] (as in the TMR paper's Table 1); SQuAD score
 from __future__ import annotations
 
 import collections
-import math
 import re
 import string
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
+from scipy import stats
+from scipy.stats import rankdata as average_ranks  # noqa: F401  (ties share their mean rank)
+from sklearn import metrics as sklearn_metrics
+
+from ..common import spearman  # noqa: F401  (STS-B's main metric; shared with pretraining's diagnostics)
 
 # Official GLUE metric per task, in the order of the paper's Table 1.
 GLUE_TASKS_IN_TABLE_ORDER: tuple[str, ...] = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")
@@ -29,70 +33,31 @@ MAIN_METRIC: dict[str, str] = {
 }
 
 
-def _as_array(values: Iterable[float]) -> np.ndarray:
-    return np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=np.float64)
-
-
 def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
-    """Fraction of exact matches."""
-    p, y = _as_array(predictions), _as_array(labels)
-    if len(p) != len(y):
-        raise ValueError(f"{len(p)} predictions for {len(y)} labels")
-    return float(np.mean(p == y)) if len(y) else 0.0
+    """Fraction of exact matches (0 for no examples)."""
+    return float(sklearn_metrics.accuracy_score(labels, predictions)) if len(labels) else 0.0
 
 
 def f1_positive_class(predictions: Sequence[int], labels: Sequence[int], positive: int = 1) -> float:
     """F1 of the positive class (GLUE convention for MRPC and QQP: class 1 = paraphrase/duplicate).
 
     Precision and recall are computed separately (ELECTRA's scorer set recall = precision; not here).
-    Returns 0 when there are no true positives.
+    0 when there are no true positives.
     """
-    p, y = _as_array(predictions) == positive, _as_array(labels) == positive
-    true_pos = float(np.sum(p & y))
-    if true_pos == 0:
-        return 0.0
-    precision = true_pos / float(np.sum(p))
-    recall = true_pos / float(np.sum(y))
-    return 2 * precision * recall / (precision + recall)
+    return float(sklearn_metrics.f1_score(labels, predictions, pos_label=positive, zero_division=0))
 
 
 def matthews_corrcoef(predictions: Sequence[int], labels: Sequence[int]) -> float:
-    """Matthews correlation for binary labels (CoLA); 0 when undefined, as scikit-learn does."""
-    p, y = _as_array(predictions) == 1, _as_array(labels) == 1
-    tp = float(np.sum(p & y))
-    tn = float(np.sum(~p & ~y))
-    fp = float(np.sum(p & ~y))
-    fn = float(np.sum(~p & y))
-    denominator = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
-    return 0.0 if denominator == 0 else (tp * tn - fp * fn) / denominator
+    """Matthews correlation (CoLA); 0 when undefined."""
+    return float(sklearn_metrics.matthews_corrcoef(labels, predictions))
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     """Pearson correlation; 0 when either side is constant (undefined), so averages stay finite."""
-    a, b = _as_array(x), _as_array(y)
-    a, b = a - a.mean(), b - b.mean()
-    denominator = math.sqrt(float(np.sum(a * a)) * float(np.sum(b * b)))
-    return 0.0 if denominator == 0 else float(np.sum(a * b)) / denominator
-
-
-def average_ranks(values: Sequence[float]) -> np.ndarray:
-    """Ranks starting at 1, ties sharing the mean of the ranks they span (as scipy's rankdata)."""
-    v = _as_array(values)
-    order = np.argsort(v, kind="mergesort")
-    ranks = np.empty(len(v), dtype=np.float64)
-    i = 0
-    while i < len(v):
-        j = i
-        while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
-            j += 1
-        ranks[order[i : j + 1]] = (i + j) / 2.0 + 1.0
-        i = j + 1
-    return ranks
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman correlation = Pearson correlation of the tie-averaged ranks."""
-    return pearson(average_ranks(x), average_ranks(y))
+    a, b = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        return 0.0
+    return float(stats.pearsonr(a, b).statistic)
 
 
 def glue_metrics(task: str, predictions: Sequence[float], labels: Sequence[float]) -> dict[str, float]:

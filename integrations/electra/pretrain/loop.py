@@ -1,0 +1,159 @@
+"""ELECTRA and TMR pretraining: one loop for every variant, read top to bottom.
+
+One step (TMR, paper §"Joint Learning"):
+
+    raw batch ─► mask 15% ─► generator ─► Gumbel-max sample (no grad) ─► corrupted batch ─► buffer.add
+                                   │                                                          │
+                                   L_G                                buffer.sample(K) ─► discriminator ─► L_D
+    loss = L_G + 50·L_D ─► backward ─► clip 1.0 ─► AdamW ─► per-example feedback ─► buffer weights
+
+`replayloader.ReplayDataLoader` drives the first line: its ``source`` is the stream of raw batches, its producer
+masks and corrupts them, and the batches it yields carry L_G (graph still alive for the joint backward) as
+``aux``. ELECTRA is the same loop with the ``none`` strategy: the discriminator gets exactly the batch just
+produced. The loop knows no strategy: the feedback object chosen at setup says what goes back to the buffer.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from replayloader import ReplayBuffer, ReplayDataLoader
+from replayloader.strategies import by_name
+
+from transformers import get_linear_schedule_with_warmup
+
+from ..common import pick_device, set_seed
+from ..data import BatchStream, prepare_pretraining_data
+from ..models import build_electra_pair
+from .checkpoint import find_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from .config import FEEDBACK, VARIANTS, PretrainConfig, model_preset
+from .corruption import CorruptionProducer, SpecialIds
+from .feedback import make_feedback
+from .losses import discriminator_losses, make_optimizer
+from .metrics import MetricsLog, plot_metrics, read_metrics, step_record, summarize
+
+
+@dataclass
+class PretrainResult:
+    config: PretrainConfig
+    output_dir: str
+    discriminator_dir: str | None
+    metrics_path: str
+    plot_path: str
+    summary: dict = field(default_factory=dict)
+    losses: list[float] = field(default_factory=list)
+
+
+def pretrain(config: PretrainConfig) -> PretrainResult:
+    """Run one pretraining run (from ``config.resume``'s checkpoint when set; see `resume_config`)."""
+    cfg = config.filled()
+    device = pick_device(cfg.device)
+    out_dir = Path(cfg.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    on_cuda = device.type == "cuda"
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp) if on_cuda else None
+
+    def autocast():
+        return torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None)
+
+    # ---- data: tokenizer + packed examples (cached, memory-mapped), streamed as shuffled raw batches
+    set_seed(cfg.seed)
+    data = prepare_pretraining_data(cfg.corpus, cfg.cache_dir, cfg.vocab_size, cfg.max_len, cfg.corpus_config,
+                                    cfg.tokenizer, cfg.max_lines)
+    special = SpecialIds.from_tokenizer(data.tokenizer)
+    stream = BatchStream(data.examples, cfg.batch_size, cfg.seed, special.pad, device)
+
+    # ---- models, optimizer, schedule, loss scaling (a no-op unless fp16 on CUDA)
+    pair = build_electra_pair(model_preset(cfg), len(data.tokenizer), special.pad, cfg.dropout,
+                              seed=cfg.seed).to(device)
+    pair.train()
+    optimizer = make_optimizer(pair, cfg.learning_rate, cfg.weight_decay)
+    scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.steps)
+    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
+    feedback_kind = FEEDBACK.get(cfg.variant, "loss")
+    discriminator = pair.discriminator
+    if cfg.compile and on_cuda and feedback_kind != "grad_norm":  # ghost-norm hooks need eager mode
+        discriminator = torch.compile(discriminator)  # a compiled view; `pair` keeps the eager module and names
+
+    # ---- the memory buffer between generator and discriminator, and what goes back into it
+    buffer = ReplayBuffer(cfg.buffer_size, alpha=cfg.alpha, beta=cfg.beta, strategy=by_name(VARIANTS[cfg.variant]),
+                          seed=cfg.seed)
+    producer = CorruptionProducer(pair.generator, special, cfg.mask_prob, cfg.mask_token_prob, autocast,
+                                  cfg.replacements)
+    loader = ReplayDataLoader(producer, buffer, batch_size=cfg.batch_size, source=stream, steps=cfg.steps)
+    feedback = make_feedback(feedback_kind, pair.discriminator, cfg.discriminator_weight, cfg.grad_norm_method)
+
+    start_step = 0
+    if cfg.resume:
+        start_step, loader_state = load_checkpoint(find_checkpoint(cfg.resume), pair, optimizer, scheduler)
+        loader.load_state_dict(loader_state)
+    (out_dir / "config.json").write_text(json.dumps(cfg.to_json(), indent=1))
+    log = MetricsLog(out_dir / "metrics.jsonl", start_step if cfg.resume else None)
+
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=cfg.steps, initial=start_step, disable=not cfg.progress, desc=cfg.variant, unit="step",
+               dynamic_ncols=True)
+    run_started = step_started = time.perf_counter()
+    try:
+        for batch in loader:  # source -> producer (mask + generator + sampling) -> buffer.add -> buffer.sample
+            weights = None if batch.weights is None else torch.as_tensor(batch.weights, dtype=torch.float32,
+                                                                         device=device)
+            # ---- discriminator on the sampled batch; joint loss L_G + λ·L_D
+            with feedback.recording():
+                d = discriminator_losses(discriminator, batch.data, weights, autocast())
+            generator_loss = batch.aux["generator_loss"]
+            loss = generator_loss + cfg.discriminator_weight * d.loss
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            total_grad_norm = torch.nn.utils.clip_grad_norm_(pair.parameters(), cfg.clip_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            lr = scheduler.get_last_lr()[0]  # the rate this step used (read before the scheduler advances)
+            scheduler.step()
+
+            # ---- per-example signal back to the buffer (one kind, chosen at setup)
+            signals = feedback.signals(batch.data, d, scaler.get_scale())
+            loader.feedback(batch, **signals)
+
+            # ---- metrics and checkpoints
+            seconds = {"data_seconds": stream.last_seconds, "step_seconds": time.perf_counter() - step_started}
+            record = step_record(batch.step, lr, loss, generator_loss, d, batch, signals, total_grad_norm,
+                                 buffer.stats(), seconds)
+            log.write(record)
+            bar.update(1)
+            bar.set_postfix(loss=f"{record['loss']:.3f}", G=f"{record['generator_loss']:.2f}",
+                            D=f"{record['discriminator_loss']:.3f}", refresh=False)
+            if (cfg.checkpoint_every and batch.step % cfg.checkpoint_every == 0) or batch.step == cfg.steps:
+                save_checkpoint(out_dir / "checkpoints", batch.step, cfg, pair, optimizer, scheduler,
+                                loader.state_dict())
+                prune_checkpoints(out_dir / "checkpoints", cfg.keep_checkpoints)
+            step_started = time.perf_counter()
+    finally:
+        bar.close()
+        log.close()
+        feedback.close()
+    wall = time.perf_counter() - run_started
+
+    # ---- exports: HF directories for fine-tuning, curves, summary
+    discriminator_dir = None
+    if cfg.export_hf:
+        discriminator_dir = str(out_dir / "discriminator")
+        for name, model in (("discriminator", pair.discriminator), ("generator", pair.generator)):
+            model.save_pretrained(str(out_dir / name))
+            data.tokenizer.save_pretrained(str(out_dir / name))
+    records = read_metrics(out_dir / "metrics.jsonl")
+    plot_path = out_dir / "losses.png"
+    plot_metrics({cfg.variant: records}, plot_path)
+    summary = {"variant": cfg.variant, "preset": cfg.preset, "corpus": cfg.corpus, "device": str(device),
+               "torch_threads": torch.get_num_threads(), "examples": len(data),
+               "corpus_tokens": data.num_tokens, "data_prepare_seconds": data.prepare_seconds,
+               "wall_seconds_this_session": wall, **summarize(records)}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return PretrainResult(cfg, str(out_dir), discriminator_dir, str(out_dir / "metrics.jsonl"), str(plot_path),
+                          summary, [r["loss"] for r in records])
