@@ -214,9 +214,7 @@ class ReplayDataLoader:
                 began = time.perf_counter()
                 admitted = limiter.acquire_sample(self.batch_size if per_example else 1)
                 meter["learner_wait"] += time.perf_counter() - began
-                if feed.error is not None:
-                    raise feed.error
-                if not admitted:
+                if not admitted:  # producers are done, or failed (batches added before a failure still count)
                     finished = True
                     break
                 with self.lock:

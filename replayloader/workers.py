@@ -82,7 +82,13 @@ class ProducerPool:
         return self.results.get(timeout=timeout)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop every worker and wait for it; a process that does not stop in time is terminated."""
+        """Stop every worker and wait for it (a call in progress runs to its end); a process that does not stop
+        in time is terminated."""
+        try:  # drop tasks not yet started, so workers meet the sentinel next
+            while True:
+                self.tasks.get_nowait()
+        except queue.Empty:
+            pass
         for _ in self.workers:
             self.tasks.put(_STOP)
         deadline = time.monotonic() + timeout
