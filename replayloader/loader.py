@@ -100,6 +100,7 @@ class ReplayDataLoader:
         self._pace: RateLimiter | None = None  # the limiter of a running background pass
         self._source_states: dict[int, Any] = {}  # a stateful source's state before each in-flight item
         self._pass_index0 = 0  # self.step when the background pass started
+        self._insert_wait0 = 0.0  # the pacing limiter's insert wait when the pass started
         self._meter = {"start": None, "inserted": 0, "sampled": 0, "learner_wait": 0.0, "producer_wait": 0.0}
 
     def __len__(self) -> int:
@@ -178,6 +179,7 @@ class ReplayDataLoader:
             limiter = credit_limiter(self.replay_ratio, self.timeout, self._credit)
         limiter.reopen()
         self._pace, self._pass_index0, self._latest = limiter, self.step, (np.empty(0, np.int64), None)
+        self._insert_wait0 = limiter.insert_wait  # a user's limiter keeps counting across passes
         consumed0, meter = self.consumed, self._meter
 
         def consume(index: int, produced: Any) -> None:
@@ -224,7 +226,7 @@ class ReplayDataLoader:
         finally:
             limiter.close()  # wakes a feed blocked on the limiter
             feed.stop()
-            meter["producer_wait"] += feed.producer_wait + limiter.insert_wait
+            meter["producer_wait"] += feed.producer_wait + limiter.insert_wait - self._insert_wait0
             if not per_example:
                 self._credit = limiter.diff
             self._pace = None
@@ -247,7 +249,7 @@ class ReplayDataLoader:
         elapsed = time.perf_counter() - meter["start"] if meter["start"] is not None else 0.0
         producer_wait = meter["producer_wait"]
         if self._pace is not None:  # a pass is running: count its waits so far
-            producer_wait += self._pace.insert_wait
+            producer_wait += self._pace.insert_wait - self._insert_wait0
         rate = (lambda count: count / elapsed if elapsed > 0 else 0.0)
         return {"elapsed_s": elapsed, "inserted": meter["inserted"], "sampled": meter["sampled"],
                 "inserts_per_s": rate(meter["inserted"]), "samples_per_s": rate(meter["sampled"]),
