@@ -222,3 +222,19 @@ def test_a_stateful_source_resumes_at_the_last_added_item_not_the_last_dispatche
     batches = list(resumed)  # batches still owed at the checkpoint come first, before any new item (aux None)
     assert len(batches) + 11 == 40 and batches[-1].aux["item"] == 39
     np.testing.assert_array_equal(resumed.buffer.storage.fields["x"][:160], np.arange(160))
+
+
+def test_feedback_for_examples_evicted_by_a_worker_meanwhile_is_ignored_and_counted():
+    buffer = ReplayBuffer(16, seed=0, strategy=by_name("loss_diff"))
+    loader = ReplayDataLoader(rows_of, buffer, batch_size=8, source=range(300), workers=2)
+    expected, held = 0, []
+    for batch in loader:
+        held.append(batch)
+        if len(held) > 2:  # feedback two batches late: workers have evicted some of these examples since
+            late = held.pop(0)
+            with loader.lock:
+                evicted = buffer.slot_serial[late.ids % 16] != late.ids // 16
+                expected += int(evicted.sum())
+                changed = loader.feedback(late, loss=np.ones(8))
+                assert changed <= len(np.unique(late.ids[~evicted]))
+    assert buffer.counters["stale_feedback"] == expected > 0
