@@ -11,5 +11,5 @@ from .api_machine import BufferAPIMachine
 CI_EXAMPLES = int(os.environ.get("REPLAYLOADER_FUZZ_EXAMPLES", 2000))
 
 TestBufferAPI = BufferAPIMachine.TestCase
-TestBufferAPI.settings = settings(max_examples=CI_EXAMPLES, stateful_step_count=15, deadline=None,
+TestBufferAPI.settings = settings(max_examples=CI_EXAMPLES, stateful_step_count=12, deadline=None,
                                   derandomize=True, suppress_health_check=list(HealthCheck))
