@@ -224,6 +224,7 @@ class ReplayDataLoader:
                     batch = self._sample(fresh_slots, aux, self.step)
                 yield batch
         finally:
+            feed.halt()
             limiter.close()  # wakes a feed blocked on the limiter
             feed.stop()
             meter["producer_wait"] += feed.producer_wait + limiter.insert_wait - self._insert_wait0

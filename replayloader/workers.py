@@ -92,6 +92,12 @@ class ProducerPool:
         for _ in self.workers:
             self.tasks.put(_STOP)
         deadline = time.monotonic() + timeout
+        if self.kind == "process":  # a child exits only once its queued results are read: drain them
+            while any(w.is_alive() for w in self.workers) and time.monotonic() < deadline:
+                try:
+                    self.results.get(timeout=0.05)
+                except queue.Empty:
+                    pass
         for worker in self.workers:
             worker.join(max(deadline - time.monotonic(), 0.01))
             if self.kind == "process" and worker.is_alive():
@@ -177,6 +183,10 @@ class OrderedFeed:
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
+
+    def halt(self) -> None:
+        """Ask the coordinator to stop; failures after this are shutdown noise, not errors."""
+        self._stop.set()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the coordinator and the workers; idempotent. Results still in flight are dropped."""
