@@ -130,8 +130,8 @@ class ReplayDataLoader:
 
     def __iter__(self) -> Iterator[ReplayBatch]:
         """One pass. Like a torch DataLoader, a new iter() starts a new pass, unless a state was just loaded."""
-        self._start_pass()
-        return self._iter_background() if self.workers else self._iter_inline()
+        self._start_pass()  # runs at the first next(), as before workers existed
+        yield from self._iter_background() if self.workers else self._iter_inline()
 
     def _iter_inline(self) -> Iterator[ReplayBatch]:
         meter = self._meter
