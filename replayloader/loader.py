@@ -49,7 +49,8 @@ class ReplayDataLoader:
         workers: 0 calls the producer in the training loop; K >= 1 runs it in K background workers.
         worker_kind: "thread" (default; suits producers that release the GIL) or "process" (a picklable
             producer, for Python-heavy work).
-        queue_size: produced batches that may wait, in flight or queued, before workers pause (default 2 K).
+        queue_size: produced batches that may be in flight before workers pause (default 2 K); without a
+            rate limiter, also how many produced batches the buffer may get ahead of the training loop.
         rate_limiter: a `RateLimiter` (needs workers) that paces inserted vs sampled examples; without one the
             training loop takes ``replay_ratio`` batches per produced batch as they arrive.
         timeout: seconds the training loop waits for background data before `RateLimitTimeout` (without a
@@ -176,7 +177,7 @@ class ReplayDataLoader:
         limiter = self.rate_limiter
         per_example = limiter is not None
         if limiter is None:
-            limiter = credit_limiter(self.replay_ratio, self.timeout, self._credit)
+            limiter = credit_limiter(self.replay_ratio, self.timeout, self._credit, ahead=self.queue_size)
         limiter.reopen()
         self._pace, self._pass_index0, self._latest = limiter, self.step, (np.empty(0, np.int64), None)
         self._insert_wait0 = limiter.insert_wait  # a user's limiter keeps counting across passes
@@ -187,7 +188,7 @@ class ReplayDataLoader:
             n = _batch_length(examples)
             if per_example:
                 limiter.check_progress(n, self.batch_size)
-                limiter.wait_insert(n)
+            limiter.wait_insert(n if per_example else 1)
             with self.lock:
                 self.buffer.add(examples)
                 self._latest = (self.buffer.last_add_slots, aux)

@@ -45,7 +45,7 @@ class RateLimiter:
 
     Args:
         samples_per_insert: target examples sampled per example inserted (> 0).
-        min_size: examples inserted before the first sample is admitted.
+        min_size: examples inserted before the first sample is admitted (>= 1).
         error_buffer: tolerance on ``inserts * samples_per_insert - samples`` around its offset (> 0).
         timeout: seconds either side may wait before `RateLimitTimeout` (> 0).
     """
@@ -53,11 +53,13 @@ class RateLimiter:
     def __init__(self, samples_per_insert: float, min_size: int = 1, error_buffer: float = 100.0,
                  timeout: float = 60.0) -> None:
         self.samples_per_insert = _check_number("samples_per_insert", samples_per_insert, 0.0, strict=True)
-        if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 0:
-            raise ValueError(f"min_size must be an integer >= 0, got {min_size!r}")
+        if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 1:
+            raise ValueError(f"min_size must be an integer >= 1 (nothing can be sampled from an empty buffer), "
+                             f"got {min_size!r}")
         self.min_size = int(min_size)
         self.error_buffer = _check_number("error_buffer", error_buffer, 0.0, strict=True)
         self.timeout = _check_number("timeout", timeout, 0.0, strict=True)
+        self.insert_timeout: float | None = self.timeout  # None: producers wait as long as the learner needs
         offset = self.samples_per_insert * self.min_size
         self.min_diff = offset - self.error_buffer
         self.max_diff = offset + self.error_buffer
@@ -115,7 +117,8 @@ class RateLimiter:
     def _acquire(self, side: str, amount: int, ready) -> bool:
         with self._cond:
             start = time.perf_counter()
-            deadline = start + self.timeout
+            limit = self.timeout if side == "sample" else self.insert_timeout
+            deadline = start + (np.inf if limit is None else limit)
             while True:
                 if self._closed:
                     raise LimiterClosed("the rate limiter was closed (the loader shut down)")
@@ -124,11 +127,11 @@ class RateLimiter:
                 left = deadline - time.perf_counter()
                 if left <= 0:
                     raise RateLimitTimeout(
-                        f"{'a producer' if side == 'insert' else 'the learner'} waited {self.timeout:g} s to "
+                        f"{'a producer' if side == 'insert' else 'the learner'} waited {limit:g} s to "
                         f"{side} {amount} examples: inserts={self.inserts}, samples={self.samples}, "
                         f"diff={self.diff:g} must stay in [{self.min_diff:g}, {self.max_diff:g}] "
                         f"(min_size={self.min_size}); the other side is stalled or too slow (raise timeout)")
-                self._cond.wait(left)
+                self._cond.wait(min(left, 3600.0))
             waited = time.perf_counter() - start
             if side == "insert":
                 self.insert_wait += waited
@@ -186,11 +189,17 @@ class RateLimiter:
             self._record()
 
 
-def credit_limiter(samples_per_insert: float, timeout: float, credit: float = 0.0) -> RateLimiter:
-    """Only the learner waits: it may take one sample per unit of credit, and each insert adds
-    ``samples_per_insert`` credit (the loader's ``replay_ratio`` with background producers, which are never
-    held back by it). ``credit`` carries over what an earlier pass left."""
-    limiter = RateLimiter(samples_per_insert, min_size=0, error_buffer=1.0, timeout=timeout)
-    limiter.min_diff, limiter.max_diff = -1e-9, np.inf
+def credit_limiter(samples_per_insert: float, timeout: float, credit: float = 0.0,
+                   ahead: int = 2) -> RateLimiter:
+    """The loader's pacing without a user limiter, in produced and yielded batches: each insert adds
+    ``samples_per_insert`` credit (the loader's ``replay_ratio``), a yielded batch takes one, and the learner
+    waits (up to ``timeout``) for credit. Producers may run ``ahead`` produced batches beyond what the learner
+    has taken, then wait for it without a time limit (a slow training step is not a stall). ``credit`` carries
+    over what an earlier pass left."""
+    limiter = RateLimiter(samples_per_insert, min_size=1, error_buffer=1.0, timeout=timeout)
+    # no minimum of its own (credit only comes from adds); a sample needs a whole unit of credit
+    limiter.min_size, limiter.min_diff = 0, -1e-9
+    limiter.max_diff = ahead * samples_per_insert + 1.0  # > 1 - samples_per_insert: both sides never block at once
+    limiter.insert_timeout = None
     limiter.samples = -credit
     return limiter

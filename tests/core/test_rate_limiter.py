@@ -60,11 +60,11 @@ def test_a_blocked_learner_is_released_by_an_insert_and_by_finish_or_close():
 
 
 def test_progress_check_and_bad_arguments():
-    lim = RateLimiter(2.0, min_size=0, error_buffer=5.0)
+    lim = RateLimiter(2.0, min_size=1, error_buffer=5.0)
     lim.check_progress(2, 6)  # 2 * 2 + 6 = 10 = 2 * 5
     with pytest.raises(ValueError, match="error_buffer=5 is too small.*use error_buffer >= 5.5"):
         lim.check_progress(2, 7)
-    for kwargs, name in [({"samples_per_insert": 0}, "samples_per_insert"), ({"min_size": -1}, "min_size"),
+    for kwargs, name in [({"samples_per_insert": 0}, "samples_per_insert"), ({"min_size": 0}, "min_size"),
                          ({"error_buffer": 0}, "error_buffer"), ({"timeout": float("inf")}, "timeout"),
                          ({"samples_per_insert": float("nan")}, "samples_per_insert")]:
         args = {"samples_per_insert": 1.0, **kwargs}

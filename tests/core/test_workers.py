@@ -238,3 +238,11 @@ def test_feedback_for_examples_evicted_by_a_worker_meanwhile_is_ignored_and_coun
                 changed = loader.feedback(late, loss=np.ones(8))
                 assert changed <= len(np.unique(late.ids[~evicted]))
     assert buffer.counters["stale_feedback"] == expected > 0
+
+
+def test_without_a_limiter_producers_stay_within_queue_size_of_the_loop():
+    loader = ReplayDataLoader(rows_of, fifo_buffer(), batch_size=2, source=range(60), workers=2, queue_size=3)
+    for taken, batch in enumerate(loader, 1):
+        time.sleep(0.002)  # a slow training step: producers would otherwise race ahead
+        assert loader.step - taken <= 3 + 1  # the learner's credit never exceeds queue_size + 1 batches
+    assert taken == 60
