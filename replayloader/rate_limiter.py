@@ -13,7 +13,9 @@ side and the counters, so a stalled pipeline is an error, never a silent hang. B
 progress when ``2 * error_buffer >= n * samples_per_insert + k`` (n examples per insert, k per sample);
 `check_progress` says so before the first wait.
 
-Thread-safe (one condition variable). Counters reserve on admission: the caller does the buffer call next.
+Thread-safe (one condition variable). `acquire_insert` / `acquire_sample` count on admission (the caller makes
+the buffer call next); a single inserter that must count an insert together with its buffer call, under the
+buffer's lock, uses `wait_insert` then `record_insert` (so a snapshot never sees one without the other).
 """
 from __future__ import annotations
 
