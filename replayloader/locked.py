@@ -19,9 +19,10 @@ from .buffer import ReplayBuffer, Sample
 
 
 class LockedBuffer:
-    """Thread-safe facade over a `ReplayBuffer` (same methods, each under ``self.lock``)."""
+    """Thread-safe facade over a `ReplayBuffer` (same methods, each under ``self.lock``, a new `threading.RLock`
+    unless one is given)."""
 
-    def __init__(self, buffer: ReplayBuffer, lock: threading.RLock | None = None) -> None:
+    def __init__(self, buffer: ReplayBuffer, lock: Any = None) -> None:
         if not isinstance(buffer, ReplayBuffer):
             raise TypeError(f"buffer must be a ReplayBuffer, got {type(buffer).__name__}")
         self.buffer = buffer
