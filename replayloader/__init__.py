@@ -2,11 +2,15 @@
 from .buffer import ReplayBuffer, Sample
 from .checkpoint import flatten_state, load_state, save_state, unflatten_state
 from .loader import ReplayBatch, ReplayDataLoader
+from .locked import LockedBuffer
+from .rate_limiter import LimiterClosed, RateLimiter, RateLimitTimeout
 from .storage import Storage
 from .sumtree import SumTree
+from .workers import WorkerError
 from . import strategies
 
 __version__ = "0.1.0"
 
 __all__ = ["ReplayBuffer", "ReplayDataLoader", "ReplayBatch", "Sample", "Storage", "SumTree", "strategies",
+           "LockedBuffer", "RateLimiter", "RateLimitTimeout", "LimiterClosed", "WorkerError",
            "flatten_state", "unflatten_state", "save_state", "load_state", "__version__"]

@@ -14,6 +14,15 @@ def test_quickstart_runs(capsys):
     assert int(size) == 1000 and float(spread) > 0 and float(visits) > 0
 
 
+def test_background_producers_example_runs(capsys):
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"### Background producers.*?```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(block, "README background producers", "exec"), {})
+    inserts, ratio, inserted = capsys.readouterr().out.split()
+    assert int(inserts) == int(inserted) == 4000
+    assert abs(float(ratio) - 4.0 * (4000 - 64) / 4000) <= 64 / 4000 + 1e-9  # within the error buffer
+
+
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     command = re.search(r"Run the tests:\s+(.+)", readme).group(1).strip()
