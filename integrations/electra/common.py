@@ -5,10 +5,12 @@ of ``--device auto``). Both use `transformers.get_linear_schedule_with_warmup` f
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import random
 import sys
+from dataclasses import MISSING, field, fields
 
 import numpy as np
 import torch
@@ -62,27 +64,24 @@ def set_seed(seed: int) -> None:
 # ----------------------------------------------------------------------------- options declared once
 def option(default, help: str, group: str, flag: str | None = None):
     """A dataclass field that also describes its command-line flag (see `add_dataclass_arguments`)."""
-    from dataclasses import field
-
     return field(default=default, metadata={"help": help, "group": group, "flag": flag})
 
 
-def add_dataclass_arguments(parser, cls, skip: tuple[str, ...] = ()) -> None:
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
     """One flag per `option` field of ``cls``: ``--field-name`` (or its ``flag``), typed from the annotation.
 
     Defaults are not put in the namespace (``argparse.SUPPRESS``): after parsing it holds exactly the flags the
     user typed, so a typed value equal to the default is still known to be typed (see `typed_options`).
     A bool field that defaults to True becomes ``--no-NAME``.
     """
-    import argparse
-    from dataclasses import MISSING, fields
-
     groups: dict[str, argparse._ArgumentGroup] = {}
     for f in fields(cls):
         if f.name in skip or "help" not in f.metadata:
             continue
         meta = f.metadata
-        group = groups.get(meta["group"]) or groups.setdefault(meta["group"], parser.add_argument_group(meta["group"]))
+        if meta["group"] not in groups:
+            groups[meta["group"]] = parser.add_argument_group(meta["group"])
+        group = groups[meta["group"]]
         default = None if f.default is MISSING else f.default
         kind = str(f.type).split("|")[0].strip()
         if kind == "bool":
@@ -96,10 +95,8 @@ def add_dataclass_arguments(parser, cls, skip: tuple[str, ...] = ()) -> None:
                            metavar=f.name.upper(), help=meta["help"] + suffix)
 
 
-def typed_options(namespace, cls) -> dict:
+def typed_options(namespace: argparse.Namespace, cls: type) -> dict:
     """The dataclass fields the user typed on the command line (those `add_dataclass_arguments` put there)."""
-    from dataclasses import fields
-
     return {f.name: getattr(namespace, f.name) for f in fields(cls) if hasattr(namespace, f.name)}
 
 
