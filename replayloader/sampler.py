@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .rng import seed_state, uniforms
+from .sampler_kernels import OUT_OF_RANGE, first_negative_or_nonfinite, resolve_feedback
 from .storage import to_numpy
 from .strategies import KNOWN_FEEDBACK, Initializer, LossValue, MeanWeight, WeightUpdate
 from .sumtree import SumTree
@@ -157,6 +158,7 @@ class PrioritizedSampler:
         self.tree = SumTree(self.num_examples, min_priority=True, min_key=False, raw_sum=False)
         self._view = _View(self)
         self.update_rule.bind(self.num_examples)
+        self._seen = np.zeros(self.num_examples, np.bool_)  # scratch of `resolve_feedback`
         self._reset_state(seed_state(seed))
 
     def _reset_state(self, rng: np.ndarray) -> None:
@@ -269,20 +271,22 @@ class PrioritizedSampler:
         An index given twice counts once, with its last value. Stale feedback is skipped (see the module doc).
         Bad input raises a ValueError/TypeError naming the argument, and nothing changes.
         """
-        epoch = batch.epoch if isinstance(batch, SampledBatch) else None
+        epoch = batch.epoch if isinstance(batch, SampledBatch) else -1
         indices = self._check_indices(batch.indices if isinstance(batch, SampledBatch) else batch)
         values = self._feedback_values(feedback, len(indices))
+        bad, why, positions, stale = resolve_feedback(indices, self.last_drawn_epoch, epoch, self._seen)
+        if bad >= 0:
+            if why == OUT_OF_RANGE:
+                raise ValueError(f"indices must lie in [0, {self.num_examples}); indices[{bad}] = {indices[bad]}")
+            raise ValueError(f"indices[{bad}] = {indices[bad]} was never handed out by this sampler")
         # Everything is validated: from here on the sampler changes.
-        fresh = np.ones(len(indices), bool) if epoch is None else self.last_drawn_epoch[indices] <= epoch
-        self.counters["stale_feedback"] += int((~fresh).sum())
-        if values is None or not fresh.any():
+        self.counters["stale_feedback"] += stale
+        if values is None or len(positions) == 0:
             return 0
-        indices, values = indices[fresh], values[fresh]
-        reversed_unique, last = np.unique(indices[::-1], return_index=True)  # the last value of a duplicate wins
-        values = values[::-1][last]
-        changed, new_weights = self.update_rule.compute(reversed_unique, values)
-        target = reversed_unique[changed]
-        self.visits[reversed_unique] += 1
+        distinct, values = indices[positions], values[positions]
+        changed, new_weights = self.update_rule.compute(distinct, values)
+        target = distinct[changed]
+        self.visits[distinct] += 1
         if len(target):
             self.measured[target] = True
             self._set_weights(target, new_weights)
@@ -297,26 +301,20 @@ class PrioritizedSampler:
         arr = to_numpy(indices, "indices")
         if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
             raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {arr.dtype} shape {arr.shape}")
-        arr = arr.astype(np.int64)
-        bad = np.flatnonzero((arr < 0) | (arr >= self.num_examples))
-        if len(bad):
-            raise ValueError(f"indices must lie in [0, {self.num_examples}); indices[{bad[0]}] = {arr[bad[0]]}")
-        never = np.flatnonzero(self.last_drawn_epoch[arr] < 0)
-        if len(never):
-            raise ValueError(f"indices[{never[0]}] = {arr[never[0]]} was never handed out by this sampler")
-        return arr
+        return np.ascontiguousarray(arr, np.int64)
 
     def _feedback_values(self, feedback: Mapping[str, Any], k: int) -> np.ndarray | None:
-        checked = {}
+        checked, valid = {}, []
         for name, value in feedback.items():
             if name not in KNOWN_FEEDBACK:
                 raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
             checked[name] = to_numpy(value, name)
-            if name not in ("logits", "targets", "mask"):
+            if name not in ("logits", "targets", "mask"):  # per-example values; the others are checked by use
                 checked[name] = _valid_feedback(name, checked[name], k)
+                valid.append(checked[name])
         values = self.update_rule.values(checked)
-        if values is None:
-            return None
+        if values is None or any(values is v for v in valid):
+            return values
         return _valid_feedback(self.update_rule.feedback_key or "feedback", values, k)
 
     # ------------------------------------------------------------------ introspection, checkpoint
@@ -371,8 +369,8 @@ def _valid_feedback(name: str, value: Any, k: int) -> np.ndarray:
     arr = np.asarray(value)
     if arr.shape != (k,):
         raise ValueError(f"{name} must have shape ({k},) to match indices, got {arr.shape}")
-    arr = arr.astype(np.float64)
-    bad = np.flatnonzero(~(np.isfinite(arr) & (arr >= 0)))
-    if len(bad):
-        raise ValueError(f"{name} must be finite and >= 0; {name}[{bad[0]}] = {arr[bad[0]]}")
+    arr = np.ascontiguousarray(arr, np.float64)
+    bad = first_negative_or_nonfinite(arr)
+    if bad >= 0:
+        raise ValueError(f"{name} must be finite and >= 0; {name}[{bad}] = {arr[bad]}")
     return arr

@@ -140,7 +140,7 @@ BAD_UPDATES = [
     (lambda s, b: s.update(b, loss=np.array([np.nan, 1, 1])), ValueError, r"loss\[0\] = nan"),
     (lambda s, b: s.update(b, loss=np.array([1, -2.0, 1])), ValueError, r"loss\[1\] = -2"),
     (lambda s, b: s.update(b, loss=np.ones(2)), ValueError, r"loss must have shape \(3,\)"),
-    (lambda s, b: s.update(np.array([0, 12]), loss=np.ones(2)), ValueError, r"indices\[1\] = 12"),
+    (lambda s, b: s.update(np.array([b.indices[0], 12]), loss=np.ones(2)), ValueError, r"indices\[1\] = 12"),
     (lambda s, b: s.update(np.array([-1]), loss=np.ones(1)), ValueError, r"indices\[0\] = -1"),
     (lambda s, b: s.update(np.array([0.5]), loss=np.ones(1)), ValueError, "indices must be a non-empty 1-D integer"),
     (lambda s, b: s.update(b, lost=np.ones(3)), TypeError, "unknown feedback keyword 'lost'"),
