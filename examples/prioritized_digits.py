@@ -3,7 +3,9 @@
 Every run trains the same MLP (64-64-10, Adam) for the same number of steps; only the source of the batch
 indices differs: `uniform` takes shuffled passes (what DataLoader(shuffle=True) does), the others take them from
 a `PrioritizedSampler` fed back each step with the batch's per-example losses (or the K&F gradient bound), and
-scale the loss by its importance weights. Test accuracy is recorded along the way. ``--label-noise`` flips a
+scale the loss by its importance weights. `replacement` is a control: the same sampler at alpha = 0 (uniform
+draws with replacement after the warm-up pass), which separates the effect of prioritizing from that of
+drawing with replacement. Test accuracy is recorded along the way. ``--label-noise`` flips a
 share of the training labels, a case where loss-driven sampling is known to chase the noise.
 
 The sampler's cost per step (drawing the batch plus the feedback call) is timed separately from the rest of
@@ -34,10 +36,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from replayloader import LinearSchedule, PrioritizedSampler  # noqa: E402
 from replayloader.strategies import GradBound, LossDifference, LossValue  # noqa: E402
 
-VARIANTS = {
-    "loss": lambda: LossValue(),
-    "loss_diff": lambda: LossDifference(),
-    "grad_bound": lambda: GradBound(),
+VARIANTS = {  # name -> (update rule, alpha override); `replacement` is a control: the sampler at alpha 0
+    "replacement": (LossValue, 0.0),
+    "loss": (LossValue, None),
+    "loss_diff": (LossDifference, None),
+    "grad_bound": (GradBound, None),
 }
 
 
@@ -56,8 +59,10 @@ def load_data(label_noise: float, seed: int = 0):
 
 
 def make_sampler(variant: str, n: int, args, seed: int) -> PrioritizedSampler:
-    return PrioritizedSampler(n, args.batch_size, alpha=args.alpha, beta=LinearSchedule(args.beta, 1.0, args.steps),
-                              update=VARIANTS[variant](), uniform_fraction=args.uniform_fraction, seed=seed)
+    update, alpha = VARIANTS[variant]
+    return PrioritizedSampler(n, args.batch_size, alpha=args.alpha if alpha is None else alpha,
+                              beta=LinearSchedule(args.beta, 1.0, args.steps), update=update(),
+                              uniform_fraction=args.uniform_fraction, seed=seed)
 
 
 def run(variant: str, seed: int, data, args) -> dict:
