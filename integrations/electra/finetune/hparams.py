@@ -49,6 +49,7 @@ class FinetuneConfig:
     eval_batch_size: int = 64
     preset: str = "small"
     use_amp: bool = False  # bf16 autocast, only ever applied on CUDA
+    sampling: str = "uniform"  # "prioritized": batches from replayloader's PrioritizedSampler, fed the losses
 
 
 def resolve_config(
@@ -75,6 +76,8 @@ def resolve_config(
         preset=preset_name,
     )
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    if config.sampling not in ("uniform", "prioritized"):
+        raise FinetuneError(f"sampling must be 'uniform' or 'prioritized', got {config.sampling!r}")
     if config.learning_rate <= 0 or config.batch_size <= 0 or config.epochs <= 0:
         raise FinetuneError(f"learning rate, batch size and epochs must be positive (got {config})")
     return config
