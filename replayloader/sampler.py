@@ -190,8 +190,7 @@ class PrioritizedSampler:
 
     def probabilities(self, indices: Any = None) -> np.ndarray:
         """P(i) of the prioritized phase, mixed with the uniform share (all N, or the given indices)."""
-        leaves = self.tree.sums[self.tree.n_leaves: self.tree.n_leaves + self.num_examples]
-        p = leaves if indices is None else leaves[np.asarray(indices, np.int64)]
+        p = self.tree.get(np.arange(self.num_examples) if indices is None else indices)
         eps = self.uniform_fraction
         return (1.0 - eps) * p / self.tree.total + eps / self.num_examples
 

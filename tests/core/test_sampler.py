@@ -223,3 +223,12 @@ def test_iteration_continues_the_current_epoch():
     next(iterator)
     assert [len(b) for b in sampler] == [3, 3, 1]  # a new iter() picks up where the epoch stands
     assert isinstance(sampler.next_batch(), SampledBatch) and sampler.epoch == 1
+
+
+def test_import_replayloader_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, replayloader; assert 'torch' not in sys.modules; "
+            "replayloader.PrioritizedSampler(3, 1, seed=0).next_batch(); assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
