@@ -232,3 +232,18 @@ def test_import_replayloader_does_not_import_torch():
     code = ("import sys, replayloader; assert 'torch' not in sys.modules; "
             "replayloader.PrioritizedSampler(3, 1, seed=0).next_batch(); assert 'torch' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_feature_based_initializer_rescores_examples_without_feedback():
+    from replayloader.strategies import LinUCB
+
+    features = np.random.default_rng(0).normal(size=(12, 3))
+    with pytest.raises(ValueError, match="init 'linucb' is feature based: pass features= of shape \\(12, d\\)"):
+        PrioritizedSampler(12, 4, init=LinUCB())
+    sampler = PrioritizedSampler(12, 4, init=LinUCB(), features=features, seed=0)
+    batch = sampler.next_batch()
+    before = sampler.weights.copy()
+    sampler.update(batch, loss=np.array([1.0, 2.0, 3.0, 4.0]))
+    rest = np.setdiff1d(np.arange(12), batch.indices)
+    np.testing.assert_allclose(sampler.weights[rest], sampler.init.scores(features[rest]))  # re-scored
+    assert not np.allclose(sampler.weights[rest], before[rest])
