@@ -5,11 +5,13 @@
 # steps, each budget its own run with its own LR schedule), seeds 0 1 2, and scored on the full dev set (872).
 # Then examples/prioritized_glue_summary.py writes results/prioritized_glue.md.
 #   bash examples/prioritized_glue.sh [OUT_DIR]     (one process at a time, 1 thread, nice; ~15 min on 2 cores)
+#   EPOCHS="6" bash examples/prioritized_glue.sh    (other budgets into the same OUT_DIR; the summary takes all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/prioritized_glue}
 GLUE=${GLUE_DIR:-../shared/data/glue}
 SEEDS=${SEEDS:-"0 1 2"}
+EPOCHS=${EPOCHS:-"1 2 3"}
 export OMP_NUM_THREADS=1 PYTHONPATH=.
 CKPT=$OUT/checkpoint
 if [ ! -f "$CKPT/config.json" ]; then
@@ -24,7 +26,7 @@ build_tiny_checkpoint(sys.argv[2], lines, hidden_size=64, num_layers=2, num_head
                       max_positions=128, seed=0)
 PY
 fi
-for epochs in 1 2 3; do
+for epochs in $EPOCHS; do
   for sampling in uniform prioritized; do
     # shellcheck disable=SC2086
     nice -n 10 python examples/electra_tmr.py finetune --checkpoint "tiny=$CKPT" --task sst2 --glue-dir "$GLUE" \
@@ -32,5 +34,5 @@ for epochs in 1 2 3; do
       --no-progress --sampling "$sampling" --output-dir "$OUT/${sampling}_e${epochs}"
   done
 done
-python examples/prioritized_glue_summary.py "$OUT" --command "bash examples/prioritized_glue.sh $*" \
+python examples/prioritized_glue_summary.py "$OUT" --command "EPOCHS=\"$EPOCHS\" bash examples/prioritized_glue.sh $*" \
   --out results/prioritized_glue.md
