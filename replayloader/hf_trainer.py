@@ -50,7 +50,10 @@ class PrioritizedTrainer(Trainer):
         self.model_accepts_loss_kwargs = False
 
     def get_train_dataloader(self) -> DataLoader:
-        loader = DataLoader(self.train_dataset, batch_sampler=self.batch_sampler, collate_fn=self.data_collator,
+        dataset = self.train_dataset
+        if self.args.remove_unused_columns and hasattr(dataset, "column_names"):  # a `datasets.Dataset`
+            dataset = self._remove_unused_columns(dataset, description="training")  # as the Trainer's own loader
+        loader = DataLoader(dataset, batch_sampler=self.batch_sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
         return self.accelerator.prepare(loader)
 

@@ -118,3 +118,27 @@ def test_trainer_recipe_trains_on_prioritized_batches_and_feeds_the_loss_back(tm
     visits = sampler.visits.sum()
     assert np.isfinite(trainer.evaluate()["eval_loss"])  # evaluation does not touch the sampler
     assert sampler.visits.sum() == visits
+
+
+def test_trainer_recipe_drops_unused_columns_of_a_datasets_dataset(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    datasets = pytest.importorskip("datasets")
+    from replayloader.hf_trainer import PrioritizedTrainer
+
+    toy = TokenDataset(n=8)
+    dataset = datasets.Dataset.from_dict({"input_ids": toy.ids.tolist(), "labels": toy.labels.tolist(),
+                                          "sentence": ["text"] * 8})  # a column the model does not take
+    config = transformers.BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
+                                     intermediate_size=8, max_position_embeddings=16, num_labels=2)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=3, save_strategy="no", report_to=[],
+                                          use_cpu=True, disable_tqdm=True)
+    sampler = PrioritizedSampler(8, 4, seed=0)
+
+    def collate(features):
+        assert set(features[0]) == {"input_ids", "labels"}  # "sentence" was dropped, as the Trainer's loader does
+        return transformers.default_data_collator(features)
+
+    trainer = PrioritizedTrainer(model=transformers.BertForSequenceClassification(config), args=args,
+                                 train_dataset=dataset, sampler=sampler, data_collator=collate)
+    assert np.isfinite(trainer.train().training_loss)
+    assert sampler.visits.sum() >= 8  # the warm-up pass was fed back
