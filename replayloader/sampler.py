@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from .rng import seed_state, uniforms
-from .sampler_kernels import OUT_OF_RANGE, first_negative_or_nonfinite, resolve_feedback
+from .feedback import check_feedback_array
+from .sampler_kernels import OUT_OF_RANGE, resolve_feedback
 from .storage import to_numpy
 from .strategies import KNOWN_FEEDBACK, Initializer, LossValue, MeanWeight, WeightUpdate
 from .sumtree import SumTree
@@ -309,12 +310,12 @@ class PrioritizedSampler:
                 raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
             checked[name] = to_numpy(value, name)
             if name not in ("logits", "targets", "mask"):  # per-example values; the others are checked by use
-                checked[name] = _valid_feedback(name, checked[name], k)
+                checked[name] = check_feedback_array(name, checked[name], k, "indices")
                 valid.append(checked[name])
         values = self.update_rule.values(checked)
         if values is None or any(values is v for v in valid):
             return values
-        return _valid_feedback(self.update_rule.feedback_key or "feedback", values, k)
+        return check_feedback_array(self.update_rule.feedback_key or "feedback", values, k, "indices")
 
     # ------------------------------------------------------------------ introspection, checkpoint
     def stats(self) -> dict[str, float]:
@@ -363,13 +364,3 @@ class PrioritizedSampler:
         self.tree.clear()
         self._set_weights(np.arange(self.num_examples), self.weights.copy())
 
-
-def _valid_feedback(name: str, value: Any, k: int) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.shape != (k,):
-        raise ValueError(f"{name} must have shape ({k},) to match indices, got {arr.shape}")
-    arr = np.ascontiguousarray(arr, np.float64)
-    bad = first_negative_or_nonfinite(arr)
-    if bad >= 0:
-        raise ValueError(f"{name} must be finite and >= 0; {name}[{bad}] = {arr[bad]}")
-    return arr

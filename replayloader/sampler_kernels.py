@@ -1,5 +1,5 @@
-"""Compiled checks of `PrioritizedSampler.update`: one pass over the batch instead of a dozen numpy calls, so a
-feedback call costs a few microseconds more than the strategy's own work."""
+"""Compiled index checks of `PrioritizedSampler.update`: one pass over the batch instead of a dozen numpy calls,
+so a feedback call costs a few microseconds more than the strategy's own work."""
 from __future__ import annotations
 
 import numpy as np
@@ -39,12 +39,3 @@ def resolve_feedback(indices, last_drawn_epoch, epoch, seen):
         seen[indices[positions[c]]] = False
     return -1, 0, positions, stale
 
-
-@njit(cache=True, nogil=True)
-def first_negative_or_nonfinite(values):
-    """Position of the first value that is NaN, infinite or negative; -1 when all are finite and >= 0."""
-    for j in range(values.shape[0]):
-        v = values[j]
-        if not (v >= 0.0 and v < np.inf):
-            return j
-    return -1
