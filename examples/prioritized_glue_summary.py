@@ -1,6 +1,6 @@
 """Table of examples/prioritized_glue.sh: dev accuracy against steps for uniform and prioritized sampling.
 
-Reads ``<run dir>/<sampling>_e<epochs>/results_runs.jsonl`` (the finetune command's per-run rows) and writes
+Reads ``<run dir>/<sampling>_e<epochs>/results_runs.jsonl`` of one or more run directories (the finetune command's per-run rows) and writes
 mean ± sample std over seeds, the paired difference (prioritized − uniform, same seed), and seconds per step.
 
     python examples/prioritized_glue_summary.py runs/prioritized_glue --out results/prioritized_glue.md
@@ -15,11 +15,12 @@ import platform
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import ttest_rel
 
 
-def load_rows(run_dir: Path) -> list[dict]:
+def load_rows(run_dirs: list[Path]) -> list[dict]:
     rows = []
-    for path in sorted(run_dir.glob("*_e*/results_runs.jsonl")):
+    for path in sorted(p for run_dir in run_dirs for p in run_dir.glob("*_e*/results_runs.jsonl")):
         rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return rows
 
@@ -57,6 +58,12 @@ def render(rows: list[dict], command: str) -> str:
                         for seed in seeds if ("prioritized", s, seed) in by and ("uniform", s, seed) in by])
               for s in steps]
     lines.append("| Δ | " + " | ".join(deltas) + " |")
+    p_values = []
+    for s in steps:
+        pairs = [(by[("prioritized", s, seed)]["accuracy"], by[("uniform", s, seed)]["accuracy"]) for seed in seeds
+                 if ("prioritized", s, seed) in by and ("uniform", s, seed) in by]
+        p_values.append(f"{ttest_rel(*zip(*pairs)).pvalue:.2f}" if len(pairs) > 1 else "–")
+    lines.append("| paired t-test p | " + " | ".join(p_values) + " |")
     lines += ["", "Training time per step (ms), mean over runs (the machine is shared; compare with care):", "",
               "| sampling | ms per step |", "|---|---|"]
     for sampling in ("uniform", "prioritized"):
@@ -67,11 +74,11 @@ def render(rows: list[dict], command: str) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("run_dirs", type=Path, nargs="+", help="output directories of prioritized_glue.sh")
     parser.add_argument("--command", default="bash examples/prioritized_glue.sh")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    text = render(load_rows(args.run_dir), args.command)
+    text = render(load_rows(args.run_dirs), args.command)
     print(text)
     if args.out:
         Path(args.out).write_text(text)

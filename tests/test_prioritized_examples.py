@@ -39,3 +39,4 @@ def test_glue_summary_pairs_runs_by_seed(tmp_path):
     text = summary.render(summary.load_rows([tmp_path]), "cmd")
     assert "| uniform | 60.00 ± 14.14 |" in text and "| prioritized | 62.50 ± 17.68 |" in text
     assert "| Δ | 2.50 ± 31.82 |" in text  # paired: +25 and -20 points
+    assert "| paired t-test p | 0.93 |" in text
