@@ -4,6 +4,7 @@ from .checkpoint import flatten_state, load_state, save_state, unflatten_state
 from .loader import ReplayBatch, ReplayDataLoader
 from .locked import LockedBuffer
 from .rate_limiter import LimiterClosed, RateLimiter, RateLimitTimeout
+from .sampler import LinearSchedule, PrioritizedSampler, SampledBatch
 from .storage import Storage
 from .sumtree import SumTree
 from .workers import WorkerError
@@ -13,4 +14,13 @@ __version__ = "0.1.0"
 
 __all__ = ["ReplayBuffer", "ReplayDataLoader", "ReplayBatch", "Sample", "Storage", "SumTree", "strategies",
            "LockedBuffer", "RateLimiter", "RateLimitTimeout", "LimiterClosed", "WorkerError",
-           "flatten_state", "unflatten_state", "save_state", "load_state", "__version__"]
+           "flatten_state", "unflatten_state", "save_state", "load_state", "__version__", "PrioritizedSampler",
+           "SampledBatch", "LinearSchedule", "PrioritizedBatchSampler"]
+
+
+def __getattr__(name: str):
+    """`PrioritizedBatchSampler` needs torch: imported on first use, so `import replayloader` never loads torch."""
+    if name == "PrioritizedBatchSampler":
+        from .torch_sampler import PrioritizedBatchSampler
+        return PrioritizedBatchSampler
+    raise AttributeError(f"module 'replayloader' has no attribute {name!r}")

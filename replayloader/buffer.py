@@ -22,6 +22,7 @@ import numpy as np
 from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_add, draw_sample, first_invalid,
                              place, resolve_ids, write_weights)
 from .kernels.rng import seed_state
+from .feedback import as_feedback_array, invalid_value
 from .storage import Storage, to_numpy
 from .strategies import KNOWN_FEEDBACK, Strategy
 from .sumtree import SumTree
@@ -40,20 +41,6 @@ class Sample:
     probabilities: np.ndarray
     weights: np.ndarray | None
     ages: np.ndarray | None = None
-
-
-def _feedback_array(name: str, value: Any, k: int) -> np.ndarray:
-    """One value per id, as contiguous float64 (its values are checked by `_check_values` or the kernel)."""
-    arr = value if type(value) is np.ndarray else to_numpy(value, name)
-    if arr.shape != (k,):
-        raise ValueError(f"{name} must have shape ({k},) to match ids, got {arr.shape}")
-    if arr.dtype != np.float64 or not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr, np.float64)
-    return arr
-
-
-def _invalid_value(name: str, values: np.ndarray, bad: int) -> ValueError:
-    return ValueError(f"{name} must be finite and >= 0; {name}[{bad}] = {float(values[bad])}")
 
 
 class BufferReadView:
@@ -295,7 +282,7 @@ class ReplayBuffer:
             if name in _ARRAY_FEEDBACK:
                 arrays[name] = to_numpy(value, name)
             elif name in KNOWN_FEEDBACK:
-                arrays[name] = _feedback_array(name, value, len(ids))
+                arrays[name] = as_feedback_array(name, value, len(ids))
             else:
                 raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
         values = update.values(arrays)
@@ -306,15 +293,15 @@ class ReplayBuffer:
             elif name not in _ARRAY_FEEDBACK:  # a keyword this update does not read is still checked
                 bad = first_invalid(array)
                 if bad >= 0:
-                    raise _invalid_value(name, array, bad)
+                    raise invalid_value(name, array, bad)
         if values is not None and source not in arrays:  # derived by the update, e.g. from logits
-            values = _feedback_array(source, values, len(ids))
+            values = as_feedback_array(source, values, len(ids))
         self._epoch += 1
         status, bad, slots, slot_values, stale, first = resolve_ids(
             ids, _EMPTY_F64 if values is None else values, self.meta, self.next_serial, self._epoch,
             values is not None)
         if status == BAD_VALUE:
-            raise _invalid_value(source, values, bad)
+            raise invalid_value(source, values, bad)
         if status:
             raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
         target, new_weights = _EMPTY_I64, _EMPTY_F64

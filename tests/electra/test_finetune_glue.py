@@ -362,3 +362,15 @@ def test_cli_user_errors_are_one_line_without_traceback(argv, message, tmp_path,
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and message in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_prioritized_sampling_flag_trains_through_the_sampler(tmp_path, synthetic_glue, checkpoint):
+    args = _parser().parse_args(["finetune", "--checkpoint", str(checkpoint), "--task", "sst2", "--sampling",
+                                 "prioritized", "--glue-dir", str(synthetic_glue)])
+    assert args.sampling == "prioritized"
+    assert _parser().parse_args(["finetune", "--checkpoint", "x", "--task", "sst2"]).sampling == "uniform"
+    rows = finetune_glue_task({"tiny": str(checkpoint)}, "sst2", str(synthetic_glue), None, None, [0],
+                              str(tmp_path / "out"), epochs=25, sampling="prioritized", **FAST)
+    (row,) = rows
+    assert row["sampling"] == "prioritized" and row["train_steps"] == 25 * 6
+    assert row["accuracy"] > 0.9  # on the training examples, as for uniform sampling above

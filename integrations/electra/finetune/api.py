@@ -67,6 +67,7 @@ def _training_fields(config, stats) -> dict:
         "layer_decay": config.layer_decay,
         "epochs": config.epochs,
         "batch_size": config.batch_size,
+        "sampling": config.sampling,
         "train_steps": stats.steps,
         "train_seconds": round(stats.seconds, 3),
         "train_loss_first_epoch": stats.epoch_mean_losses[0],
@@ -92,6 +93,7 @@ def finetune_glue_task(
     subset_seed: int = 0,
     device: str | None = None,
     amp: bool = False,
+    sampling: str = "uniform",
     progress: bool = True,
     write_tables: bool = True,
 ) -> list[dict]:
@@ -124,7 +126,8 @@ def finetune_glue_task(
         train_features = encode_glue_split(train_data, spec, tokenizer, length)
         eval_features = {split: encode_glue_split(d, spec, tokenizer, length) for split, d in eval_data.items()}
         config = resolve_config(encoder.config.hidden_size, spec.epochs, preset=preset, learning_rate=learning_rate,
-                                layer_decay=layer_decay, epochs=epochs, batch_size=batch_size, use_amp=amp)
+                                layer_decay=layer_decay, epochs=epochs, batch_size=batch_size, use_amp=amp,
+                                sampling=sampling)
         for seed in seeds:
             result = run_glue_seed(encoder, spec, train_features, eval_features, tokenizer.pad_token_id, config, seed,
                                    torch_device, description=f"{name} {task} seed {seed}", progress=progress)
@@ -183,6 +186,7 @@ def finetune_squad(
     subset_seed: int = 0,
     device: str | None = None,
     amp: bool = False,
+    sampling: str = "uniform",
     progress: bool = True,
     write_tables: bool = True,
 ) -> list[dict]:
@@ -208,7 +212,8 @@ def finetune_squad(
         train_windows = build_squad_windows(train_data, tokenizer, with_labels=True, **window_options)
         eval_windows = build_squad_windows(eval_data, tokenizer, with_labels=False, **window_options)
         config = resolve_config(encoder.config.hidden_size, 2, preset=preset, learning_rate=learning_rate,
-                                layer_decay=layer_decay, epochs=epochs, batch_size=batch_size, use_amp=amp)
+                                layer_decay=layer_decay, epochs=epochs, batch_size=batch_size, use_amp=amp,
+                                sampling=sampling)
         for seed in seeds:
             result = run_squad_seed(encoder, train_windows, eval_windows, eval_data, tokenizer.pad_token_id, config,
                                     seed, torch_device, n_best=n_best, max_answer_length=max_answer_length,

@@ -60,6 +60,10 @@ def add_finetune_subparser(subparsers: argparse._SubParsersAction) -> argparse.A
     parser.add_argument("--doc-stride", type=int, default=128,
                         help="SQuAD step between window starts, ELECTRA/BERT meaning (default 128; not HF's overlap)")
     parser.add_argument("--max-query-length", type=int, default=64, help="SQuAD question tokens kept (default 64)")
+    parser.add_argument("--sampling", choices=("uniform", "prioritized"), default="uniform",
+                        help="training batches: shuffled epochs (default), or replayloader's PrioritizedSampler fed "
+                        "each example's loss (one shuffled pass first, then P ~ loss, 10%% uniform draws, "
+                        "importance weights with beta 0.4 -> 1)")
     parser.add_argument("--output-dir", default="runs/finetune", help="where results.md, CSVs and per-run JSON go")
     parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--amp", action="store_true", help="bf16 autocast on CUDA (ignored on CPU, which runs float32)")
@@ -92,7 +96,7 @@ def execute_finetune(args: argparse.Namespace) -> list[dict]:
     tasks = _expand_tasks(args.task)
     training = {"learning_rate": args.lr, "epochs": args.epochs, "batch_size": args.batch_size, "preset": args.preset,
                 "layer_decay": args.layer_decay, "subset_seed": args.subset_seed, "device": args.device, "amp": args.amp,
-                "progress": not args.no_progress}
+                "sampling": args.sampling, "progress": not args.no_progress}
     glue_tasks = [t for t in tasks if t != "squad"]
     rows: list[dict] = []
     if glue_tasks:

@@ -267,11 +267,12 @@ def _forward(model: ClsClassifier, batch: dict[str, torch.Tensor]) -> torch.Tens
 
 
 def glue_loss(task: GlueTask):
+    """Per-example losses (the training loop reduces them; prioritized sampling feeds them back)."""
     def compute(model: ClsClassifier, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits = _forward(model, batch)
         if task.is_regression:
-            return F.mse_loss(logits.squeeze(-1).float(), batch["label"].float())
-        return F.cross_entropy(logits.float(), batch["label"].long())
+            return F.mse_loss(logits.squeeze(-1).float(), batch["label"].float(), reduction="none")
+        return F.cross_entropy(logits.float(), batch["label"].long(), reduction="none")
 
     return compute
 

@@ -274,12 +274,13 @@ def _forward(model: SpanModel, batch: dict[str, torch.Tensor]):
 
 
 def span_loss(model: SpanModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean over the batch of -log P_start[start] - log P_end[end], softmax over [CLS] + context."""
+    """Per example: -log P_start[start] - log P_end[end], softmax over [CLS] + context."""
     start_scores, end_scores = _forward(model, batch)
     outside = batch["context_mask"] == 0
     start_scores = start_scores.float().masked_fill(outside, -1e9)
     end_scores = end_scores.float().masked_fill(outside, -1e9)
-    return F.cross_entropy(start_scores, batch["start_position"]) + F.cross_entropy(end_scores, batch["end_position"])
+    return (F.cross_entropy(start_scores, batch["start_position"], reduction="none")
+            + F.cross_entropy(end_scores, batch["end_position"], reduction="none"))
 
 
 @dataclass(frozen=True)

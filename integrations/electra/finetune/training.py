@@ -71,6 +71,7 @@ class FinetuneConfig:
     eval_batch_size: int = 64
     preset: str = "small"
     use_amp: bool = False  # bf16 autocast, only ever applied on CUDA
+    sampling: str = "uniform"  # "prioritized": batches from replayloader's PrioritizedSampler, fed the losses
 
 
 def resolve_config(
@@ -97,6 +98,8 @@ def resolve_config(
         preset=preset_name,
     )
     config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
+    if config.sampling not in ("uniform", "prioritized"):
+        raise UserError(f"sampling must be 'uniform' or 'prioritized', got {config.sampling!r}")
     if config.learning_rate <= 0 or config.batch_size <= 0 or config.epochs <= 0:
         raise UserError(f"learning rate, batch size and epochs must be positive (got {config})")
     return config
@@ -221,13 +224,22 @@ def iterate_batches(num_examples: int, batch_size: int, generator: torch.Generat
         yield order[start : start + batch_size]
 
 
+def prioritized_sampler(num_examples: int, config: FinetuneConfig, seed: int, total_steps: int):
+    """``--sampling prioritized``: P(i) ~ the example's latest loss after one shuffled pass, 10% uniform draws,
+    importance weights with beta annealed 0.4 -> 1 over the run (PER's schedule)."""
+    from replayloader import LinearSchedule, PrioritizedSampler
+
+    return PrioritizedSampler(num_examples, config.batch_size, beta=LinearSchedule(0.4, 1.0, total_steps),
+                              uniform_fraction=0.1, seed=seed)
+
+
 def train(
     model: nn.Module,
     encoder: nn.Module,
     head: nn.Module,
     features: Sequence[dict],
     collate: Callable[[list[dict]], dict[str, torch.Tensor]],
-    compute_loss: Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor],
+    compute_loss: Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor],  # per-example losses
     config: FinetuneConfig,
     seed: int,
     device: torch.device,
@@ -248,18 +260,25 @@ def train(
     total_steps = max(1, math.ceil(steps_per_epoch * config.epochs))
     scheduler = get_linear_schedule_with_warmup(optimizer, int(config.warmup_fraction * total_steps), total_steps)
     generator = torch.Generator().manual_seed(seed)
+    sampler = prioritized_sampler(len(features), config, seed, total_steps) if config.sampling == "prioritized" else None
     stats = TrainStats()
     started = time.perf_counter()
     # disable=None: bars only on a terminal (per-run summary lines are logged either way)
     bar = tqdm(total=total_steps, desc=description, disable=None if progress else True, leave=False, dynamic_ncols=True)
     while stats.steps < total_steps:
         epoch_losses: list[float] = []
-        for indices in iterate_batches(len(features), config.batch_size, generator):
+        for drawn in iterate_batches(len(features), config.batch_size, generator) if sampler is None else sampler:
             if stats.steps >= total_steps:  # fractional epochs
                 break
+            indices = drawn if sampler is None else drawn.indices.tolist()
             batch = {k: v.to(device) for k, v in collate([features[i] for i in indices]).items()}
             with autocast_context(device, config.use_amp):
-                loss = compute_loss(model, batch)
+                per_example = compute_loss(model, batch)
+            if sampler is None:
+                loss = per_example.mean()
+            else:
+                sampler.update(drawn, loss=per_example.detach())
+                loss = (per_example * torch.as_tensor(drawn.weights, dtype=per_example.dtype, device=device)).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)

@@ -1,0 +1,70 @@
+"""PrioritizedTrainer: a Hugging Face `Trainer` whose training batches come from a `PrioritizedSampler`.
+
+Optional module (needs torch, transformers and accelerate). Two overrides, both public Trainer hooks:
+`get_train_dataloader` builds the train DataLoader around a `PrioritizedBatchSampler`, and `compute_loss`
+computes the per-example loss, feeds it back to the sampler, and returns its importance-weighted mean.
+Evaluation is untouched (the model is not in training mode there).
+
+Resuming a Trainer checkpoint restores the model and optimizer, not the sampler: save
+``trainer.batch_sampler.state_dict()`` yourself and pass ``ignore_data_skip=True`` (the sampler already knows
+where its epoch stands, so the Trainer must not skip batches again).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+from transformers import Trainer
+
+from .sampler import PrioritizedSampler
+from .torch_sampler import PrioritizedBatchSampler
+
+PerExampleLoss = Callable[[Any, torch.Tensor], torch.Tensor]
+
+
+def cross_entropy_per_example(outputs: Any, labels: torch.Tensor) -> torch.Tensor:
+    """Per-example cross-entropy of a classification head's ``outputs.logits``; shape (batch,)."""
+    return F.cross_entropy(outputs.logits.float(), labels, reduction="none")
+
+
+class PrioritizedTrainer(Trainer):
+    """`Trainer` with prioritized training batches; ``sampler.batch_size`` replaces the per-device batch size.
+
+    Args (besides the Trainer's): ``sampler``, the `PrioritizedSampler` over ``train_dataset``;
+    ``per_example_loss(outputs, labels) -> (batch,)`` (default: cross-entropy of ``outputs.logits``), whose
+    detached value is the feedback (``loss=``) and whose importance-weighted mean is the training loss.
+    """
+
+    def __init__(self, *args: Any, sampler: PrioritizedSampler,
+                 per_example_loss: PerExampleLoss = cross_entropy_per_example, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.train_dataset is not None and len(self.train_dataset) != sampler.num_examples:
+            raise ValueError(f"sampler covers {sampler.num_examples} examples but train_dataset has "
+                             f"{len(self.train_dataset)}")
+        self.batch_sampler = PrioritizedBatchSampler(sampler)
+        self.per_example_loss = per_example_loss
+        # compute_loss returns a per-batch mean: the Trainer must divide it by the accumulation steps itself
+        self.model_accepts_loss_kwargs = False
+
+    def get_train_dataloader(self) -> DataLoader:
+        dataset = self.train_dataset
+        if self.args.remove_unused_columns and hasattr(dataset, "column_names"):  # a `datasets.Dataset`
+            dataset = self._remove_unused_columns(dataset, description="training")  # as the Trainer's own loader
+        loader = DataLoader(dataset, batch_sampler=self.batch_sampler, collate_fn=self.data_collator,
+                            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
+        return self.accelerator.prepare(loader)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not model.training:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        inputs = dict(inputs)
+        labels = inputs.pop("labels")
+        outputs = model(**inputs)
+        per_example = self.per_example_loss(outputs, labels)
+        batch = self.batch_sampler.next_batch_info()
+        self.batch_sampler.update(batch, loss=per_example.detach())
+        loss = (per_example * self.batch_sampler.importance_weights(batch, per_example)).mean()
+        return (loss, outputs) if return_outputs else loss

@@ -1,0 +1,83 @@
+"""PrioritizedBatchSampler: a `PrioritizedSampler` as a torch `BatchSampler`, for ``DataLoader(batch_sampler=...)``.
+
+Optional module (torch is imported here only). The DataLoader iterates a batch sampler in the main process, also
+with ``num_workers > 0``, so every draw, and every weight it reads, stays in one process; workers only fetch the
+examples of the index lists they are sent. Prefetching draws a few batches ahead of training: those draws use
+the weights known at that moment.
+
+How the training loop learns which indices and importance weights a batch has: the DataLoader returns batches in
+the order the batch sampler yielded them (its default ``in_order=True``), so the batch sampler keeps the
+`SampledBatch` of every list it yields in a queue, and `next_batch_info()` pops the one of the batch the loop
+has just received. Call it once per batch received. A new ``iter()`` (a new DataLoader epoch or iterator)
+drops what the previous iterator had prefetched and never returned.
+
+Exact resume through a DataLoader: `state_dict()` holds the sampler and the batches drawn ahead but not yet
+received by the loop (prefetched); after `load_state_dict`, the next ``iter()`` yields those first, then draws
+on. With the same ``num_workers`` and ``prefetch_factor``, the resumed run sees the batches the uninterrupted
+run would have seen (tested).
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator, Mapping
+from itertools import chain
+from typing import Any
+
+import torch
+from torch.utils.data import Sampler
+
+from .sampler import PrioritizedSampler, SampledBatch
+
+
+class PrioritizedBatchSampler(Sampler[list[int]]):
+    """Index lists drawn by a `PrioritizedSampler`; ``len()`` is its steps per epoch.
+
+    Each ``iter()`` yields the remaining batches of the sampler's current epoch (all of them at an epoch start;
+    the rest of it after `load_state_dict` of a mid-epoch checkpoint).
+    """
+
+    def __init__(self, sampler: PrioritizedSampler) -> None:
+        if not isinstance(sampler, PrioritizedSampler):
+            raise TypeError(f"sampler must be a PrioritizedSampler, got {type(sampler).__name__}")
+        self.sampler = sampler
+        self._handed_out: deque[SampledBatch] = deque()
+        self._replay: deque[SampledBatch] = deque()  # drawn before a checkpoint, not yet received by the loop
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self._handed_out.clear()
+        replay, self._replay = self._replay, deque()
+        # Batches drawn before a checkpoint come first; if they closed their epoch, the sampler is past it.
+        epoch_closed = bool(replay) and replay[-1].epoch != self.sampler.epoch
+        for batch in chain(replay, () if epoch_closed else self.sampler):
+            self._handed_out.append(batch)
+            yield batch.indices.tolist()
+
+    def next_batch_info(self) -> SampledBatch:
+        """The `SampledBatch` (indices, importance weights, probabilities, epoch) of the next batch the
+        DataLoader returns, oldest first."""
+        if not self._handed_out:
+            raise RuntimeError("no batch is waiting: next_batch_info() is called once per batch the DataLoader "
+                               "returned, after it returned it")
+        return self._handed_out.popleft()
+
+    def importance_weights(self, batch: SampledBatch, like: torch.Tensor) -> torch.Tensor:
+        """The batch's importance weights as a tensor of ``like``'s dtype and device (to scale per-example losses)."""
+        return torch.as_tensor(batch.weights, dtype=like.dtype).to(like.device, non_blocking=True)
+
+    def update(self, batch: SampledBatch | Any, **feedback: Any) -> int:
+        """`PrioritizedSampler.update` (torch tensors are accepted and detached)."""
+        return self.sampler.update(batch, **feedback)
+
+    def state_dict(self) -> dict:
+        """The sampler's state plus the batches it drew that the loop has not received yet."""
+        pending = [{"indices": b.indices.copy(), "weights": b.weights.copy(), "probabilities": b.probabilities.copy(),
+                    "epoch": b.epoch, "step": b.step} for b in self._handed_out]
+        return {"sampler": self.sampler.state_dict(), "pending": pending}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        self.sampler.load_state_dict(state["sampler"])
+        self._handed_out.clear()
+        self._replay = deque(SampledBatch(**batch) for batch in state["pending"])
