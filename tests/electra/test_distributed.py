@@ -67,7 +67,7 @@ def test_two_ranks_with_half_batches_equal_one_process_with_the_whole_batch(two_
     assert halves[0] == halves[1]  # replicas agree exactly
     for name, expected in single.items():
         got = torch.tensor(halves[0][name]).reshape(expected.shape)
-        torch.testing.assert_close(got, expected, rtol=0, atol=2e-6, msg=name)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-6, msg=name)  # measured 6e-8; 6e-3 without the loss shares
 
 
 def test_each_rank_samples_only_what_it_added_and_ranks_see_disjoint_text(two_rank_runs):
