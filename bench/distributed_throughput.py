@@ -117,21 +117,25 @@ def main() -> None:
             for ranks in (1, 2):  # interleaved, so slow phases of the shared machine hit both
                 rows[ranks].append(launch(args, ranks, Path(tmp) / f"{ranks}-{repeat}"))
                 print(f"repeat {repeat} ranks {ranks}: {rows[ranks][-1]}", flush=True)
-    lines = [f"# Distributed pretraining throughput: 1 vs 2 ranks (gloo, CPU, 1 thread per rank)", "",
+    lines = ["# Distributed pretraining throughput: 1 vs 2 ranks (gloo, CPU, 1 thread per rank)", "",
              f"Command: `python bench/distributed_throughput.py {' '.join(sys.argv[1:])}`  ",
              f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {os.cpu_count()} CPU cores, no GPU, "
              f"{platform.platform()}; shared with other jobs, so the spread over repeats is part of the result.  ",
              f"Run: variant {args.variant}, preset {args.preset}, max_len {args.max_len}, global batch "
              f"{args.batch_size}, buffer {args.buffer_size} in total, {args.steps} steps, first {args.warmup} "
              "untimed.", "",
-             "| ranks | steps/s (per repeat) | steps/s median | examples/s median | buffer share of a step, per rank "
-             "(max over repeats) |", "|---|---|---|---|---|"]
+             "| ranks | steps/s per repeat | steps/s median | examples/s median (min-max) | buffer share of a step "
+             "per rank: median (min-max) |", "|---|---|---|---|---|"]
     for ranks, runs in rows.items():
         speeds = [min(r["steps_per_second"] for r in run) for run in runs]  # a step is as fast as its slowest rank
-        shares = [max(run[r]["buffer_share"] for run in runs) for r in range(ranks)]
         median = statistics.median(speeds)
+        shares = []
+        for rank in range(ranks):
+            values = [100 * run[rank]["buffer_share"] for run in runs]
+            shares.append(f"rank {rank}: {statistics.median(values):.2f}% ({min(values):.2f}-{max(values):.2f}%)")
         lines.append(f"| {ranks} | {', '.join(f'{s:.2f}' for s in speeds)} | {median:.2f} | "
-                     f"{median * args.batch_size:.1f} | {', '.join(f'{100 * s:.2f}%' for s in shares)} |")
+                     f"{median * args.batch_size:.1f} ({min(speeds) * args.batch_size:.1f}-"
+                     f"{max(speeds) * args.batch_size:.1f}) | {'; '.join(shares)} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

@@ -85,6 +85,48 @@ def observed_pretrain(config: dict) -> dict:
     return {"identical": identical, "added": added, "sampled": sampled}
 
 
+def ghost_norms_against_loop(config: dict) -> dict:
+    """A `tmr-grad_norm` run in which every step's ghost norms (from the rank's DDP backward, loss share
+    included) are compared with the loop reference on the same examples at the same parameters (taken just
+    before the optimizer step; run it without dropout): the largest relative difference per step."""
+    from integrations.electra.grad_norms import loop_grad_norms
+    from integrations.electra.pretrain import PretrainConfig, discriminator_losses, feedback, loop
+
+    differences: list[float] = []
+    seen: dict = {}
+    original_signals, original_losses = feedback.GhostNormFeedback.signals, loop.discriminator_losses
+    original_make_optimizer = loop.make_optimizer
+
+    def losses(discriminator, data, *args):
+        seen["data"] = data
+        return original_losses(discriminator, data, *args)
+
+    def make_optimizer(model, *args):
+        optimizer = original_make_optimizer(model, *args)
+
+        def reference(*_):
+            seen["reference"] = loop_grad_norms(model.discriminator, lambda m, b: original_losses(m, b).per_example,
+                                                seen["data"])
+
+        optimizer.register_step_pre_hook(reference)
+        return optimizer
+
+    def signals(self, data, d, loss_scale):
+        out = original_signals(self, data, d, loss_scale)
+        expected = seen["reference"]
+        differences.append(float(((out["grad_norm"].double() - expected).abs() / expected).max()))
+        return out
+
+    feedback.GhostNormFeedback.signals, loop.discriminator_losses, loop.make_optimizer = signals, losses, \
+        make_optimizer
+    try:
+        loop.pretrain(PretrainConfig(**config))
+    finally:
+        feedback.GhostNormFeedback.signals, loop.discriminator_losses, loop.make_optimizer = original_signals, \
+            original_losses, original_make_optimizer
+    return {"relative_differences": differences}
+
+
 def row_keys(ids: torch.Tensor) -> list[str]:
     return [",".join(map(str, row.tolist())) for row in ids.cpu()]
 
@@ -157,4 +199,5 @@ def distributed_equivalence() -> dict:
     return {name: p.reshape(-1).tolist() for name, p in params.items()}
 
 
-JOBS = {"pretrain": observed_pretrain, "equivalence": distributed_equivalence}
+JOBS = {"pretrain": observed_pretrain, "equivalence": distributed_equivalence,
+        "ghost_norms": ghost_norms_against_loop}

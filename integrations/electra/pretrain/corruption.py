@@ -108,7 +108,8 @@ def corrupt_batch(generator: Callable[..., torch.Tensor], raw: Mapping[str, torc
 class CorruptionProducer:
     """The `ReplayDataLoader` producer: a raw batch from the loader's source -> `corrupt_batch`, timed."""
 
-    def __init__(self, generator: Callable[..., torch.Tensor], special: SpecialIds, mask_prob: float, mask_token_prob: float,
+    def __init__(self, generator: Callable[..., torch.Tensor], special: SpecialIds, mask_prob: float,
+                 mask_token_prob: float,
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
                  replacements: str = "generator") -> None:
         self.generator = generator

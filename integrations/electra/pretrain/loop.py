@@ -112,8 +112,8 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
 
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=cfg.steps, initial=start_step, disable=not (cfg.progress and world.is_main), desc=cfg.variant, unit="step",
-               dynamic_ncols=True)
+    bar = tqdm(total=cfg.steps, initial=start_step, disable=not (cfg.progress and world.is_main), desc=cfg.variant,
+               unit="step", dynamic_ncols=True)
     run_started = step_started = time.perf_counter()
     try:
         for batch in loader:  # source -> producer (mask + generator + sampling) -> buffer.add -> buffer.sample
