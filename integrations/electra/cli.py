@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import warnings
@@ -117,6 +118,8 @@ def run_compare(args: argparse.Namespace) -> int:
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
         raise UserError(f"unknown variant {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UserError("compare runs in one process (it also fine-tunes); under torchrun use the pretrain command")
     started = time.perf_counter()
     root = Path(args.root)
     results = {}

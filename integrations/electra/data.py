@@ -344,12 +344,21 @@ class BatchStream:
 
     Epoch ``e`` visits the examples in the order ``default_rng([seed, e]).permutation(n)``; the last partial
     batch of an epoch is dropped. State is (epoch, position) only, so resuming needs no saved permutation.
+    With ``shard=(rank, ranks)`` the stream reads every ``ranks``-th entry of that permutation from ``rank`` on
+    (trimmed to a multiple of ``ranks``): the ranks of a distributed run share the permutation and see disjoint
+    examples in every epoch; ``(0, 1)`` is the whole permutation.
     """
 
-    def __init__(self, examples: Any, batch_size: int, seed: int, pad_id: int, device: torch.device | str = "cpu"):
-        if len(examples) < batch_size:
-            raise UserError(f"corpus has {len(examples)} packed examples, fewer than the batch size {batch_size}; "
-                              "use more text, a smaller --batch-size or a smaller --max-len")
+    def __init__(self, examples: Any, batch_size: int, seed: int, pad_id: int, device: torch.device | str = "cpu",
+                 shard: tuple[int, int] = (0, 1)):
+        rank, ranks = shard
+        if not 0 <= rank < ranks:
+            raise ValueError(f"shard must be (rank, ranks) with 0 <= rank < ranks, got {shard}")
+        if len(examples) // ranks < batch_size:
+            raise UserError(f"corpus has {len(examples)} packed examples, fewer than the batch size {batch_size} "
+                            f"per rank ({ranks} rank(s)); use more text, a smaller --batch-size or a smaller "
+                            "--max-len")
+        self.shard = (rank, ranks)
         self.examples = examples
         self.batch_size = batch_size
         self.seed = seed
@@ -361,7 +370,9 @@ class BatchStream:
         self._order = self._permutation(0)
 
     def _permutation(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
+        rank, ranks = self.shard
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
+        return order[:len(order) - len(order) % ranks][rank::ranks]
 
     def __iter__(self) -> BatchStream:
         return self
@@ -384,10 +395,14 @@ class BatchStream:
         return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
 
     def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "n": len(self.examples)}
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "n": len(self.examples),
+                "shard": list(self.shard)}
 
     def load_state_dict(self, state: dict) -> None:
         if int(state["n"]) != len(self.examples) or int(state["seed"]) != self.seed:
             raise UserError("checkpoint was made on different data (example count or seed differ)")
+        if tuple(int(x) for x in state.get("shard", (0, 1))) != self.shard:
+            raise UserError(f"checkpoint holds data shard {tuple(state['shard'])} (rank, ranks), this stream is "
+                            f"shard {self.shard}")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._order = self._permutation(self.epoch)

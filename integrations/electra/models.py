@@ -107,6 +107,42 @@ class ElectraPair(nn.Module):
     def shared_embeddings(self) -> nn.Module:
         return self.discriminator.electra.embeddings
 
+    def forward(self, part: str, **inputs):
+        """Either model's pass through one entry point, so a `DistributedDataParallel` wrapper around the pair
+        sees (and prepares its one reducer for) both passes of a step; see `PairPart`."""
+        if part == "generator":
+            return masked_lm_logits(self.generator, **inputs)
+        if part == "discriminator":
+            return self.discriminator(**inputs)
+        raise ValueError(f"part must be 'generator' or 'discriminator', got {part!r}")
+
+    def part(self, name: str) -> PairPart:
+        """The generator's or the discriminator's pass of this (unwrapped) pair as a callable."""
+        return PairPart(self, name)
+
+
+class PairPart:
+    """``module(name, **inputs)`` as a plain callable, for ``module`` an `ElectraPair` or a DDP wrapper of one.
+
+    The generator part returns vocabulary logits at the ``masked`` positions only; the discriminator part
+    returns `ElectraForPreTraining`'s output (``.logits``).
+    """
+
+    def __init__(self, module: nn.Module, name: str) -> None:
+        self.module = module
+        self.name = name
+
+    def __call__(self, **inputs):
+        return self.module(self.name, **inputs)
+
+
+def masked_lm_logits(generator: ElectraForMaskedLM, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                     position_ids: torch.Tensor, token_type_ids: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+    """The generator's vocabulary logits at the masked positions only (the head runs on those rows alone)."""
+    hidden = generator.electra(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               token_type_ids=token_type_ids).last_hidden_state
+    return generator.generator_lm_head(generator.generator_predictions(hidden[masked]))
+
 
 def share_embeddings(generator: ElectraForMaskedLM, discriminator: ElectraForPreTraining) -> None:
     """Make the generator use the discriminator's embedding block and tie its output layer to the token table."""

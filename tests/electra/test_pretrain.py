@@ -101,7 +101,7 @@ def test_embedding_table_is_one_tensor_across_generator_and_discriminator():
     assert pair.generator.generator_lm_head.weight.data_ptr() == table.data_ptr()
     assert sum(1 for p in pair.parameters() if p is table) == 1  # listed once, optimised once
     optimizer = make_optimizer(pair, 1e-3, 0.01)
-    examples, aux = corrupt_batch(pair.generator, random_batch(), SPECIAL)
+    examples, aux = corrupt_batch(pair.part("generator"), random_batch(), SPECIAL)
     (aux["generator_loss"] + 50 * discriminator_losses(pair.discriminator, examples).loss).backward()
     optimizer.step()
     assert embeddings_are_shared(pair)
@@ -117,7 +117,7 @@ def test_labels_mark_replaced_tokens_and_sampled_originals_count_as_original():
     with torch.no_grad():
         pair.generator.generator_lm_head.bias.fill_(-1e4)
         pair.generator.generator_lm_head.bias[7] = 1e4  # the generator always samples the original token
-    examples, _ = corrupt_batch(pair.generator, raw, SPECIAL)
+    examples, _ = corrupt_batch(pair.part("generator"), raw, SPECIAL)
     assert examples["masked"].any()
     d = discriminator_losses(pair.discriminator, examples)
     assert d.labels.sum() == 0  # masked but sampled equal to the original: "original"
@@ -133,7 +133,7 @@ def test_labels_mark_replaced_tokens_and_sampled_originals_count_as_original():
 def test_per_example_losses_match_the_scalar_loss_and_hf_loss():
     pair = tiny_pair()
     pair.eval()
-    examples, _ = corrupt_batch(pair.generator, random_batch(), SPECIAL)
+    examples, _ = corrupt_batch(pair.part("generator"), random_batch(), SPECIAL)
     d = discriminator_losses(pair.discriminator, examples)
     tokens = examples["attention_mask"].sum(1).float()
     assert torch.allclose((d.per_example * tokens).sum() / tokens.sum(), d.loss, atol=1e-6)
@@ -154,7 +154,7 @@ def test_joint_loss_decreases_on_a_fixed_batch():
     raw = random_batch(batch=8, length=24, pad_rows=False)
     losses = []
     for _ in range(40):
-        examples, aux = corrupt_batch(pair.generator, raw, SPECIAL)
+        examples, aux = corrupt_batch(pair.part("generator"), raw, SPECIAL)
         d = discriminator_losses(pair.discriminator, examples)
         loss = aux["generator_loss"] + 50 * d.loss
         optimizer.zero_grad()
@@ -173,7 +173,7 @@ def test_ghost_norms_equal_a_loop_of_batch1_backward_passes(weighted):
     assert hasattr(pair.discriminator.electra, "embeddings_project")
     raw = random_batch(batch=6, length=20)
     raw["input_ids"][1, 4] = raw["input_ids"][1, 8] = raw["input_ids"][1, 9]  # repeated ids share embedding rows
-    examples, aux = corrupt_batch(pair.generator, raw, SPECIAL)  # generator uses the shared embeddings first
+    examples, aux = corrupt_batch(pair.part("generator"), raw, SPECIAL)  # generator uses the shared embeddings first
     weights = torch.linspace(0.5, 1.5, 6) if weighted else None
     ghost = GhostNorms(pair.discriminator)
     with ghost.record():

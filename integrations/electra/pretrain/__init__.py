@@ -2,7 +2,8 @@
 
 `config` (options, declared once), `corruption` (masking + replacements: the loader's producer), `losses` (the
 discriminator's loss and the optimizer), `feedback` (the per-example signal each variant sends to its buffer),
-`checkpoint` (exact resume), `metrics` (per-step records, curves, summary) and `loop` (the run, top to bottom).
+`checkpoint` (exact resume), `metrics` (per-step records, curves, summary), `distributed` (torchrun: where ranks
+meet) and `loop` (the run, top to bottom).
 """
 from .checkpoint import find_checkpoint, load_checkpoint, save_checkpoint
 from .config import FEEDBACK, REPLACEMENTS, VARIANTS, PretrainConfig, model_preset, resume_config

@@ -1,8 +1,10 @@
-"""Checkpoints that continue a run exactly: model, optimizer, schedule, loader (buffer + data position), RNGs.
+"""Checkpoints that continue a run exactly: model, optimizer, schedule, and every rank's loader and RNGs.
 
-A checkpoint is a directory ``step-XXXXXXXX/`` with ``tensors.safetensors`` (parameters, optimizer moments, torch
-RNG states), ``loader.safetensors`` (the replay buffer's arrays) and ``state.json`` (everything else); no pickle.
-The loader's state comes in as a separate piece, so a distributed run can save one per rank beside the model.
+A checkpoint is a directory ``step-XXXXXXXX/`` holding, once, ``tensors.safetensors`` (parameters, optimizer
+moments) and ``state.json`` (config, schedule, optimizer settings, the number of ranks), and per rank
+``rank-RRRRR.safetensors`` + ``rank-RRRRR.json``: that rank's loader (replay buffer and data position) and its
+Python, NumPy and torch generator states. No pickle. Every rank writes into one temporary directory that rank 0
+renames once all are done, so a checkpoint is complete or absent. Resuming needs the same number of ranks.
 """
 from __future__ import annotations
 
@@ -22,47 +24,54 @@ from safetensors.torch import save_file as save_torch_file
 from replayloader.checkpoint import flatten_state, unflatten_state
 
 from ..common import UserError
+from .distributed import World
 
-CHECKPOINT_FORMAT = 2  # 2: the data position lives in the loader state (the loader's source)
+CHECKPOINT_FORMAT = 3  # 3: one loader + RNG file per rank, and the number of ranks in state.json
 
 
 def save_checkpoint(directory: Path, step: int, config: Any, model: torch.nn.Module,
-                    optimizer: torch.optim.Optimizer, scheduler: Any, loader_state: dict) -> Path:
-    """Write ``step-XXXXXXXX/`` under ``directory`` (atomic rename) and return it."""
+                    optimizer: torch.optim.Optimizer, scheduler: Any, loader_state: dict,
+                    world: World | None = None) -> Path:
+    """Write ``step-XXXXXXXX/`` under ``directory`` (atomic rename) and return it; every rank calls this."""
+    world = world or World()
     final = directory / f"step-{step:08d}"
     tmp = directory / f".tmp-step-{step:08d}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    tensors = {f"model/{name}": p.detach().cpu().contiguous() for name, p in model.named_parameters()}
-    optimizer_state = optimizer.state_dict()
-    for index, state in optimizer_state["state"].items():
-        for key, value in state.items():
-            tensors[f"optimizer/{index}/{key}"] = value.detach().cpu().contiguous()
-    rng_tensors, rng_json = _capture_rng()
-    tensors.update(rng_tensors)
-    save_torch_file(tensors, str(tmp / "tensors.safetensors"))
-    arrays, loader_meta = flatten_state(loader_state)
-    save_numpy_file({k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.ascontiguousarray(v))
-                     for k, v in arrays.items()}, str(tmp / "loader.safetensors"))
-    state = {
-        "format": CHECKPOINT_FORMAT, "step": step, "config": config.to_json(),
-        "optimizer": {"param_groups": optimizer_state["param_groups"],
-                      "state_keys": {str(i): sorted(s) for i, s in optimizer_state["state"].items()}},
-        "scheduler": scheduler.state_dict(), "loader": loader_meta, "rng": rng_json,
-    }
-    (tmp / "state.json").write_text(json.dumps(state))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    if world.is_main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    world.barrier()
+    _save_rank_state(tmp, world.rank, {"loader": loader_state, "rng": _capture_rng()})
+    if world.is_main:
+        tensors = {f"model/{name}": p.detach().cpu().contiguous() for name, p in model.named_parameters()}
+        optimizer_state = optimizer.state_dict()
+        for index, state in optimizer_state["state"].items():
+            for key, value in state.items():
+                tensors[f"optimizer/{index}/{key}"] = value.detach().cpu().contiguous()
+        save_torch_file(tensors, str(tmp / "tensors.safetensors"))
+        state = {
+            "format": CHECKPOINT_FORMAT, "step": step, "config": config.to_json(), "world_size": world.size,
+            "optimizer": {"param_groups": optimizer_state["param_groups"],
+                          "state_keys": {str(i): sorted(s) for i, s in optimizer_state["state"].items()}},
+            "scheduler": scheduler.state_dict(),
+        }
+        (tmp / "state.json").write_text(json.dumps(state))
+    world.barrier()  # every rank's files are in place
+    if world.is_main:
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    world.barrier()
     return final
 
 
 def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    scheduler: Any) -> tuple[int, dict]:
-    """Restore model, optimizer, schedule and RNGs; return (step, loader state) for ``loader.load_state_dict``."""
+                    scheduler: Any, world: World | None = None) -> tuple[int, dict]:
+    """Restore model, optimizer, schedule and this rank's RNGs; return (step, this rank's loader state)."""
+    world = world or World()
     state = json.loads((path / "state.json").read_text())
     if state.get("format") != CHECKPOINT_FORMAT:
         raise UserError(f"checkpoint format {state.get('format')!r} in {path} is not supported "
                         f"(this version reads format {CHECKPOINT_FORMAT})")
+    check_world_size(path, state, world.size)
     tensors = load_torch_file(str(path / "tensors.safetensors"))
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -72,32 +81,55 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
         optimizer_state["state"][int(index)] = {key: tensors[f"optimizer/{index}/{key}"] for key in keys}
     optimizer.load_state_dict(optimizer_state)
     scheduler.load_state_dict(state["scheduler"])
-    loader_state = unflatten_state(load_numpy_file(str(path / "loader.safetensors")), state["loader"])
-    _restore_rng(tensors, state["rng"])
-    return int(state["step"]), loader_state
+    rank_state = _load_rank_state(path, world.rank)
+    _restore_rng(rank_state["rng"])
+    return int(state["step"]), rank_state["loader"]
 
 
-def _capture_rng() -> tuple[dict[str, torch.Tensor], dict]:
-    """Python, NumPy and torch (CPU and every CUDA device) generator states."""
-    tensors = {"rng/torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        for i, rng in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"rng/cuda/{i}"] = rng
+def check_world_size(path: Path, state: dict, ranks: int) -> None:
+    """A checkpoint holds one replay shard and data position per rank, so it continues on that many ranks only."""
+    saved = int(state.get("world_size", 1))
+    if saved != ranks:
+        how = "plain python (one process)" if saved == 1 else f"torchrun with {saved} processes in total"
+        raise UserError(f"checkpoint {path} was written by {saved} rank(s) but this run has {ranks}; its replay "
+                        f"shards and data positions are per rank, so resume it with {how}")
+
+
+def _rank_files(path: Path, rank: int) -> tuple[Path, Path]:
+    return path / f"rank-{rank:05d}.safetensors", path / f"rank-{rank:05d}.json"
+
+
+def _save_rank_state(path: Path, rank: int, state: dict) -> None:
+    arrays, meta = flatten_state(state)
+    tensors, meta_file = _rank_files(path, rank)
+    save_numpy_file({k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.ascontiguousarray(v))
+                     for k, v in arrays.items()}, str(tensors))
+    meta_file.write_text(json.dumps(meta))
+
+
+def _load_rank_state(path: Path, rank: int) -> dict:
+    tensors, meta_file = _rank_files(path, rank)
+    return unflatten_state(load_numpy_file(str(tensors)), json.loads(meta_file.read_text()))
+
+
+def _capture_rng() -> dict:
+    """Python, NumPy and torch (CPU and every CUDA device) generator states of this process."""
     python = random.getstate()
     numpy_rng = np.random.get_state()
-    return tensors, {"python": [python[0], list(python[1]), python[2]],
-                     "numpy": [numpy_rng[0], numpy_rng[1].tolist(), *numpy_rng[2:]]}
+    cuda = list(torch.cuda.get_rng_state_all()) if torch.cuda.is_available() else []
+    return {"python": [python[0], list(python[1]), python[2]],
+            "numpy": [numpy_rng[0], numpy_rng[1].tolist(), *numpy_rng[2:]],
+            "torch": torch.get_rng_state(), "cuda": cuda}
 
 
-def _restore_rng(tensors: dict[str, torch.Tensor], saved: dict) -> None:
+def _restore_rng(saved: dict) -> None:
     version, internal, gauss = saved["python"]
     random.setstate((version, tuple(internal), gauss))
     kind, keys, *rest = saved["numpy"]
     np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), *rest))
-    torch.set_rng_state(tensors["rng/torch"])
-    cuda_states = [tensors[k] for k in sorted(tensors) if k.startswith("rng/cuda/")]
-    if cuda_states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda_states)
+    torch.set_rng_state(saved["torch"])
+    if saved["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(saved["cuda"])
 
 
 def find_checkpoint(path: str | Path) -> Path:

@@ -51,8 +51,8 @@ class PretrainConfig:
               f"(default: the preset's: {_by_preset('generator_fraction')})", MODEL)
     generator_layers: int | None = option(None, "generator depth (default: the discriminator's)", MODEL)
     steps: int | None = option(None, f"training steps (default: the preset's: {_by_preset('steps')})", MODEL)
-    batch_size: int | None = option(None, f"mini-batch size K (default: the preset's: {_by_preset('batch_size')})",
-                                    MODEL)
+    batch_size: int | None = option(None, "mini-batch size K, over all ranks under torchrun (each rank takes "
+                                          f"K / ranks) (default: the preset's: {_by_preset('batch_size')})", MODEL)
     learning_rate: float | None = option(
         None, f"peak learning rate (default: the preset's: {_by_preset('learning_rate')})", MODEL, flag="--lr")
     warmup_steps: int | None = option(
@@ -69,7 +69,8 @@ class PretrainConfig:
                                             "(uniform replacements are easy to spot, so its ranking AUC should pass "
                                             "0.8 within a few dozen steps)", MODEL)
     seed: int = option(0, "seed of init, data order, masking and the buffer", MODEL)
-    buffer_size: int = option(1000, "buffer capacity N (the paper's 1000)", BUFFER)
+    buffer_size: int = option(1000, "buffer capacity N (the paper's 1000); under torchrun the total over ranks: "
+                                    "each rank's shard holds N // ranks, keeping the ratio N / K", BUFFER)
     alpha: float = option(1.0, "prioritization exponent: P(i) ∝ w_i^alpha", BUFFER)
     beta: float | None = option(None, "importance-weight exponent (default: none, as the paper)", BUFFER)
     grad_norm_method: str = option("ghost", "tmr-grad_norm: ghost (hooks inside the training backward) or loop "
@@ -89,7 +90,9 @@ class PretrainConfig:
     keep_checkpoints: int = option(2, "how many checkpoints to keep", RUN)
     resume: str | None = option(None, "continue exactly from a checkpoint (a step dir, or a run dir: its latest "
                                       "checkpoint); options given with it override the saved ones", RUN)
-    device: str = option("auto", "auto, cpu, cuda, cuda:N or mps", RUN)
+    device: str = option("auto", "auto, cpu, cuda, cuda:N or mps (under torchrun: cuda:LOCAL_RANK, or cpu)", RUN)
+    dist_timeout: float = option(600.0, "under torchrun: seconds a rank waits for the others in a collective "
+                                        "before it fails (so a lost peer cannot hang the job)", RUN)
     amp: str = option("none", "autocast on CUDA: none, bf16 or fp16", RUN)
     compile: bool = option(False, "torch.compile the discriminator (CUDA only)", RUN)
     progress: bool = option(True, "no progress bar", RUN)
@@ -130,6 +133,7 @@ class PretrainConfig:
             (out.grad_norm_method in ("ghost", "loop"), f"--grad-norm-method must be ghost or loop, "
                                                         f"got {out.grad_norm_method!r}"),
             (out.amp in ("none", "bf16", "fp16"), f"--amp must be none, bf16 or fp16, got {out.amp!r}"),
+            (out.dist_timeout > 0, f"--dist-timeout must be > 0, got {out.dist_timeout}"),
             (out.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {out.checkpoint_every}"),
             (out.clip_norm > 0, f"--clip must be > 0, got {out.clip_norm}"),
             (sizes.hidden >= 1 and sizes.hidden % sizes.heads == 0,

@@ -72,12 +72,15 @@ def explicit_positions(input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return positions, torch.zeros_like(input_ids)
 
 
-def corrupt_batch(generator: torch.nn.Module, raw: Mapping[str, torch.Tensor], special: SpecialIds,
+def corrupt_batch(generator: Callable[..., torch.Tensor], raw: Mapping[str, torch.Tensor], special: SpecialIds,
                   mask_prob: float = 0.15, mask_token_prob: float = 0.85,
                   autocast: contextlib.AbstractContextManager | None = None,
                   replacements: str = "generator") -> tuple[dict, dict]:
     """Mask, run the generator (vocabulary logits at masked positions only), sample replacements (from the
     generator, or uniformly from the vocabulary with ``replacements="uniform"``).
+
+    ``generator`` is the generator's pass of the pair, ``pair.part("generator")`` (or the same part of its DDP
+    wrapper): called with the masked inputs and ``masked``, it returns logits at the masked positions.
 
     Returns (examples for the buffer, aux) where aux["generator_loss"] still carries its graph. A sampled token
     equal to the original counts as original, so ``input_ids != original_ids`` are exactly the replaced tokens.
@@ -86,9 +89,8 @@ def corrupt_batch(generator: torch.nn.Module, raw: Mapping[str, torch.Tensor], s
     generator_input, masked = mask_inputs(input_ids, attention_mask, special, mask_prob, mask_token_prob)
     positions, segments = explicit_positions(input_ids)
     with autocast or contextlib.nullcontext():
-        hidden = generator.electra(input_ids=generator_input, attention_mask=attention_mask,
-                                   position_ids=positions, token_type_ids=segments).last_hidden_state
-        logits = generator.generator_lm_head(generator.generator_predictions(hidden[masked]))
+        logits = generator(input_ids=generator_input, attention_mask=attention_mask, position_ids=positions,
+                           token_type_ids=segments, masked=masked)
     targets = input_ids[masked]
     generator_loss = F.cross_entropy(logits.float(), targets)
     sampled = gumbel_max_sample(logits) if replacements == "generator" else uniform_replacements(logits, special)
@@ -97,7 +99,7 @@ def corrupt_batch(generator: torch.nn.Module, raw: Mapping[str, torch.Tensor], s
     examples = {"input_ids": corrupted, "original_ids": input_ids, "attention_mask": attention_mask,
                 "masked": masked}
     with torch.no_grad():
-        aux = {"generator_loss": generator_loss,
+        aux = {"generator_loss": generator_loss, "masked_tokens": targets.numel(),
                "generator_accuracy": (logits.argmax(-1) == targets).float().mean().item(),
                "changed_fraction": (sampled != targets).float().mean().item()}
     return examples, aux
@@ -106,7 +108,8 @@ def corrupt_batch(generator: torch.nn.Module, raw: Mapping[str, torch.Tensor], s
 class CorruptionProducer:
     """The `ReplayDataLoader` producer: a raw batch from the loader's source -> `corrupt_batch`, timed."""
 
-    def __init__(self, generator: torch.nn.Module, special: SpecialIds, mask_prob: float, mask_token_prob: float,
+    def __init__(self, generator: Callable[..., torch.Tensor], special: SpecialIds, mask_prob: float,
+                 mask_token_prob: float,
                  autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
                  replacements: str = "generator") -> None:
         self.generator = generator

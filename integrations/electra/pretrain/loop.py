@@ -11,6 +11,8 @@ One step (TMR, paper §"Joint Learning"):
 masks and corrupts them, and the batches it yields carry L_G (graph still alive for the joint backward) as
 ``aux``. ELECTRA is the same loop with the ``none`` strategy: the discriminator gets exactly the batch just
 produced. The loop knows no strategy: the feedback object chosen at setup says what goes back to the buffer.
+Under torchrun the same loop runs on every rank; the few places where ranks meet are calls on the run's
+`distributed.World` (a one-process world changes nothing).
 """
 from __future__ import annotations
 
@@ -26,12 +28,13 @@ from replayloader.strategies import by_name
 
 from transformers import get_linear_schedule_with_warmup
 
-from ..common import pick_device, set_seed
+from ..common import set_seed
 from ..data import BatchStream, prepare_pretraining_data
-from ..models import build_electra_pair
+from ..models import PairPart, build_electra_pair
 from .checkpoint import find_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
 from .config import FEEDBACK, VARIANTS, PretrainConfig, model_preset
 from .corruption import CorruptionProducer, SpecialIds
+from .distributed import make_world
 from .feedback import make_feedback
 from .losses import discriminator_losses, make_optimizer
 from .metrics import MetricsLog, plot_metrics, read_metrics, step_record, summarize
@@ -51,7 +54,16 @@ class PretrainResult:
 def pretrain(config: PretrainConfig) -> PretrainResult:
     """Run one pretraining run (from ``config.resume``'s checkpoint when set; see `resume_config`)."""
     cfg = config.filled()
-    device = pick_device(cfg.device)
+    world = make_world(cfg.device, cfg.dist_timeout)
+    try:
+        return _pretrain(cfg, world)
+    finally:
+        world.close()
+
+
+def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
+    device = world.device(cfg.device)
+    batch_size, buffer_size = world.per_rank(cfg.batch_size, cfg.buffer_size)
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     on_cuda = device.type == "cuda"
@@ -62,42 +74,46 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
 
     # ---- data: tokenizer + packed examples (cached, memory-mapped), streamed as shuffled raw batches
     set_seed(cfg.seed)
-    data = prepare_pretraining_data(cfg.corpus, cfg.cache_dir, cfg.vocab_size, cfg.max_len, cfg.corpus_config,
-                                    cfg.tokenizer, cfg.max_lines)
+    with world.main_first():  # rank 0 builds the cache, the others read it
+        data = prepare_pretraining_data(cfg.corpus, cfg.cache_dir, cfg.vocab_size, cfg.max_len, cfg.corpus_config,
+                                        cfg.tokenizer, cfg.max_lines)
     special = SpecialIds.from_tokenizer(data.tokenizer)
-    stream = BatchStream(data.examples, cfg.batch_size, cfg.seed, special.pad, device)
+    stream = BatchStream(data.examples, batch_size, cfg.seed, special.pad, device, shard=(world.rank, world.size))
 
     # ---- models, optimizer, schedule, loss scaling (a no-op unless fp16 on CUDA)
     pair = build_electra_pair(model_preset(cfg), len(data.tokenizer), special.pad, cfg.dropout,
                               seed=cfg.seed).to(device)
     pair.train()
+    buffer_seed = world.start_rank_streams(cfg.seed)  # same initial weights everywhere, then each rank's streams
+    model = world.wrap(pair)  # DDP around both models: both passes below go through it
     optimizer = make_optimizer(pair, cfg.learning_rate, cfg.weight_decay)
     scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.steps)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     feedback_kind = FEEDBACK.get(cfg.variant, "loss")
-    discriminator = pair.discriminator
     if cfg.compile and on_cuda and feedback_kind != "grad_norm":  # ghost-norm hooks need eager mode
-        discriminator = torch.compile(discriminator)  # a compiled view; `pair` keeps the eager module and names
+        model = torch.compile(model)  # a compiled view; `pair` keeps the eager modules and names
+    generator, discriminator = PairPart(model, "generator"), PairPart(model, "discriminator")
 
     # ---- the memory buffer between generator and discriminator, and what goes back into it
-    buffer = ReplayBuffer(cfg.buffer_size, alpha=cfg.alpha, beta=cfg.beta, strategy=by_name(VARIANTS[cfg.variant]),
-                          seed=cfg.seed)
-    producer = CorruptionProducer(pair.generator, special, cfg.mask_prob, cfg.mask_token_prob, autocast,
+    buffer = ReplayBuffer(buffer_size, alpha=cfg.alpha, beta=cfg.beta, strategy=by_name(VARIANTS[cfg.variant]),
+                          seed=buffer_seed)
+    producer = CorruptionProducer(generator, special, cfg.mask_prob, cfg.mask_token_prob, autocast,
                                   cfg.replacements)
-    loader = ReplayDataLoader(producer, buffer, batch_size=cfg.batch_size, source=stream, steps=cfg.steps)
+    loader = ReplayDataLoader(producer, buffer, batch_size=batch_size, source=stream, steps=cfg.steps)
     feedback = make_feedback(feedback_kind, pair.discriminator, cfg.discriminator_weight, cfg.grad_norm_method)
 
     start_step = 0
     if cfg.resume:
-        start_step, loader_state = load_checkpoint(find_checkpoint(cfg.resume), pair, optimizer, scheduler)
+        start_step, loader_state = load_checkpoint(find_checkpoint(cfg.resume), pair, optimizer, scheduler, world)
         loader.load_state_dict(loader_state)
-    (out_dir / "config.json").write_text(json.dumps(cfg.to_json(), indent=1))
-    log = MetricsLog(out_dir / "metrics.jsonl", start_step if cfg.resume else None)
+    if world.is_main:
+        (out_dir / "config.json").write_text(json.dumps(cfg.to_json(), indent=1))
+    log = MetricsLog(out_dir / "metrics.jsonl", start_step if cfg.resume else None, enabled=world.is_main)
 
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=cfg.steps, initial=start_step, disable=not cfg.progress, desc=cfg.variant, unit="step",
-               dynamic_ncols=True)
+    bar = tqdm(total=cfg.steps, initial=start_step, disable=not (cfg.progress and world.is_main), desc=cfg.variant,
+               unit="step", dynamic_ncols=True)
     run_started = step_started = time.perf_counter()
     try:
         for batch in loader:  # source -> producer (mask + generator + sampling) -> buffer.add -> buffer.sample
@@ -108,8 +124,11 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
                 d = discriminator_losses(discriminator, batch.data, weights, autocast())
             generator_loss = batch.aux["generator_loss"]
             loss = generator_loss + cfg.discriminator_weight * d.loss
+            # each rank's share of the global means (1, 1 in one process), so DDP's gradient average is exact
+            share_g, share_d = world.loss_shares(batch.aux["masked_tokens"], float(d.mask.sum()))
+            rank_loss = share_g * generator_loss + cfg.discriminator_weight * (share_d * d.loss)
             optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
+            scaler.scale(rank_loss).backward()
             scaler.unscale_(optimizer)
             total_grad_norm = torch.nn.utils.clip_grad_norm_(pair.parameters(), cfg.clip_norm)
             scaler.step(optimizer)
@@ -118,27 +137,30 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
             scheduler.step()
 
             # ---- per-example signal back to the buffer (one kind, chosen at setup)
-            signals = feedback.signals(batch.data, d, scaler.get_scale())
+            signals = feedback.signals(batch.data, d, scaler.get_scale() * share_d)
             loader.feedback(batch, **signals)
 
             # ---- metrics and checkpoints
             seconds = {"data_seconds": stream.last_seconds, "step_seconds": time.perf_counter() - step_started}
-            record = step_record(batch.step, lr, loss, generator_loss, d, batch, signals, total_grad_norm,
-                                 buffer.stats(), seconds)
+            record = world.reduce_record(step_record(batch.step, lr, loss, generator_loss, d, batch, signals,
+                                                     total_grad_norm, buffer.stats(), seconds))
             log.write(record)
             bar.update(1)
             bar.set_postfix(loss=f"{record['loss']:.3f}", G=f"{record['generator_loss']:.2f}",
                             D=f"{record['discriminator_loss']:.3f}", refresh=False)
             if (cfg.checkpoint_every and batch.step % cfg.checkpoint_every == 0) or batch.step == cfg.steps:
                 save_checkpoint(out_dir / "checkpoints", batch.step, cfg, pair, optimizer, scheduler,
-                                loader.state_dict())
-                prune_checkpoints(out_dir / "checkpoints", cfg.keep_checkpoints)
+                                loader.state_dict(), world)
+                if world.is_main:
+                    prune_checkpoints(out_dir / "checkpoints", cfg.keep_checkpoints)
             step_started = time.perf_counter()
     finally:
         bar.close()
         log.close()
         feedback.close()
     wall = time.perf_counter() - run_started
+    if not world.is_main:  # rank 0 exports and summarizes
+        return PretrainResult(cfg, str(out_dir), None, str(out_dir / "metrics.jsonl"), "")
 
     # ---- exports: HF directories for fine-tuning, curves, summary
     discriminator_dir = None
@@ -151,7 +173,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     plot_path = out_dir / "losses.png"
     plot_metrics({cfg.variant: records}, plot_path)
     summary = {"variant": cfg.variant, "preset": cfg.preset, "corpus": cfg.corpus, "device": str(device),
-               "torch_threads": torch.get_num_threads(), "examples": len(data),
+               "torch_threads": torch.get_num_threads(), "ranks": world.size, "examples": len(data),
                "corpus_tokens": data.num_tokens, "data_prepare_seconds": data.prepare_seconds,
                "wall_seconds_this_session": wall, **summarize(records)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))

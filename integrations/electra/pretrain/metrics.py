@@ -23,8 +23,11 @@ from .losses import DiscriminatorLosses
 class MetricsLog:
     """One JSON object per step in metrics.jsonl; on resume, records after the checkpoint step are dropped."""
 
-    def __init__(self, path: Path, resume_step: int | None) -> None:
+    def __init__(self, path: Path, resume_step: int | None, enabled: bool = True) -> None:
         self.path = path
+        self.file = None
+        if not enabled:  # a distributed run's other ranks: rank 0 writes the log
+            return
         kept = []
         if resume_step is not None and path.exists():
             kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= resume_step]
@@ -32,12 +35,15 @@ class MetricsLog:
         self.file = open(path, "a", encoding="utf-8")
 
     def write(self, record: dict) -> None:
+        if self.file is None:
+            return
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
         self.file.write(json.dumps(clean) + "\n")
         self.file.flush()
 
     def close(self) -> None:
-        self.file.close()
+        if self.file is not None:
+            self.file.close()
 
 
 def read_metrics(path: str | Path) -> list[dict]:
