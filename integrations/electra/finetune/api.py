@@ -25,7 +25,7 @@ from ..common import pick_device, UserError
 from .glue import (check_local_files, encode_glue_split, get_task, GLUE_EIGHT, GLUE_HUB_NAME, GLUE_TASKS,
                    load_glue_split, run_glue_seed, seeded_subset)
 from .metrics import MAIN_METRIC
-from .sources import load_checkpoint_tokenizer, load_encoder, resolve_data_source
+from .sources import check_checkpoint_location, load_checkpoint_tokenizer, load_encoder, resolve_data_source
 from .squad import build_squad_windows, load_squad_split, run_squad_seed, SQUAD_HUB_NAME
 from .training import resolve_config
 
@@ -41,6 +41,8 @@ def _check_common(checkpoint_dirs: dict[str, str], seeds: Sequence[int]) -> None
         raise UserError("no checkpoint given (use --checkpoint DIR or NAME=DIR)")
     if not seeds:
         raise UserError("no seed given")
+    for location in checkpoint_dirs.values():  # before any data is read: a typo should not wait for a download
+        check_checkpoint_location(location)
 
 
 def _fit_length(encoder, requested: int, log: Callable[[str], None]) -> int:
