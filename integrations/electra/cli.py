@@ -51,6 +51,15 @@ def _add_training_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lr", type=float, default=None, help="peak learning rate (tiny 2e-3, small 5e-4, base 2e-4)")
     g.add_argument("--warmup-steps", type=int, default=None, help="linear warmup steps (default min(preset's: tiny 100, small/base 10k; steps/10))")
     g.add_argument("--dropout", type=float, default=None, help="dropout of both models (default: tiny 0.0, small/base 0.1)")
+    g.add_argument("--mask-prob", type=float, default=0.15, help="share of tokens masked for the generator "
+                   "(default 0.15, as ELECTRA)")
+    g.add_argument("--hidden", type=int, default=None, help="discriminator hidden size H; FFN becomes 4H and "
+                   "embedding H (default: the preset's, tiny 64)")
+    g.add_argument("--layers", type=int, default=None, help="discriminator depth (default: the preset's, tiny 2)")
+    g.add_argument("--generator-fraction", type=float, default=None, help="generator hidden and FFN as a fraction "
+                   "of the discriminator's (default: the preset's, 0.25)")
+    g.add_argument("--generator-layers", type=int, default=None, help="generator depth (default: the "
+                   "discriminator's)")
     g.add_argument("--seed", type=int, default=0, help="seed of init, data order, masking and the buffer")
     g.add_argument("--replacements", default="generator",
                    help="generator (default) or uniform: a check that the discriminator learns at all; replacements "
@@ -133,6 +142,8 @@ def config_from_args(args: argparse.Namespace, variant: str, output_dir: str):
         variant=variant, preset=args.preset, corpus=args.corpus, corpus_config=args.corpus_config,
         tokenizer=args.tokenizer, vocab_size=args.vocab_size, max_len=args.max_len, steps=args.steps,
         batch_size=args.batch_size, learning_rate=args.lr, warmup_steps=args.warmup_steps, dropout=args.dropout,
+        mask_prob=args.mask_prob, hidden=args.hidden, layers=args.layers,
+        generator_fraction=args.generator_fraction, generator_layers=args.generator_layers,
         buffer_size=args.buffer_size, alpha=args.alpha, beta=args.beta, grad_norm_method=args.grad_norm_method,
         seed=args.seed, device=args.device, amp=args.amp, compile=args.compile, output_dir=output_dir,
         cache_dir=args.cache_dir, checkpoint_every=args.checkpoint_every, max_lines=args.max_lines,

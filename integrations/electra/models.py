@@ -1,7 +1,7 @@
 """Model presets and the ELECTRA generator/discriminator pair with one shared embedding table.
 
-The generator is `ElectraForMaskedLM` with 1/4 of the discriminator's hidden size, the discriminator is
-`ElectraForPreTraining`. As in ELECTRA (and the TMR paper) the whole embedding block (token, position and
+The generator is `ElectraForMaskedLM` with a fraction (default 1/4) of the discriminator's hidden and FFN sizes and,
+by default, the same depth; the discriminator is `ElectraForPreTraining`. As in ELECTRA (and the TMR paper) the whole embedding block (token, position and
 segment tables plus their LayerNorm) is one module used by both, and the generator's output projection is that
 same token table, so there is exactly one (vocab x embedding) tensor in the pair.
 """
@@ -34,6 +34,7 @@ class Preset:
     steps: int
     dropout: float = 0.1
     generator_fraction: float = 0.25
+    generator_layers: int | None = None  # None: as deep as the discriminator
 
     @property
     def generator_hidden(self) -> int:
@@ -42,6 +43,10 @@ class Preset:
     @property
     def generator_ffn(self) -> int:
         return int(self.ffn * self.generator_fraction)
+
+    @property
+    def generator_depth(self) -> int:
+        return self.generator_layers if self.generator_layers is not None else self.layers
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,7 +89,7 @@ def electra_configs(preset: Preset, vocab_size: int, pad_token_id: int,
                   hidden_dropout_prob=p, attention_probs_dropout_prob=p, pad_token_id=pad_token_id)
     discriminator = ElectraConfig(hidden_size=preset.hidden, num_hidden_layers=preset.layers,
                                   num_attention_heads=preset.heads, intermediate_size=preset.ffn, **common)
-    generator = ElectraConfig(hidden_size=preset.generator_hidden, num_hidden_layers=preset.layers,
+    generator = ElectraConfig(hidden_size=preset.generator_hidden, num_hidden_layers=preset.generator_depth,
                               num_attention_heads=preset.generator_heads, intermediate_size=preset.generator_ffn,
                               **common)
     return generator, discriminator
@@ -136,3 +141,30 @@ def count_parameters(module: nn.Module) -> int:
 def with_overrides(preset: Preset, **overrides) -> Preset:
     """A copy of a preset with some fields replaced (None values are ignored)."""
     return replace(preset, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def resized(preset: Preset, hidden: int | None = None, layers: int | None = None,
+            generator_fraction: float | None = None, generator_layers: int | None = None) -> Preset:
+    """A preset with another discriminator width/depth or generator size (None keeps the preset's value).
+
+    A new discriminator width H sets FFN = 4H and embedding = H (BERT's ratios), so one number moves the whole
+    model; the generator follows through `generator_fraction`. ValueError (naming the flag) on sizes that
+    cannot build a model; the preset itself is never changed."""
+    checks = [
+        (hidden is None or (hidden >= preset.heads and hidden % preset.heads == 0),
+         f"--hidden must be a positive multiple of the preset's {preset.heads} heads, got {hidden}"),
+        (layers is None or layers >= 1, f"--layers must be >= 1, got {layers}"),
+        (generator_fraction is None or 0 < generator_fraction <= 1,
+         f"--generator-fraction must be in (0, 1], got {generator_fraction}"),
+        (generator_layers is None or generator_layers >= 1, f"--generator-layers must be >= 1, got {generator_layers}"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+    widths = {} if hidden is None else {"hidden": hidden, "ffn": 4 * hidden, "embedding": hidden}
+    out = with_overrides(preset, layers=layers, generator_fraction=generator_fraction,
+                         generator_layers=generator_layers, **widths)
+    if out.generator_hidden < out.generator_heads or out.generator_hidden % out.generator_heads:
+        raise ValueError(f"--generator-fraction {out.generator_fraction} gives a generator hidden size of "
+                         f"{out.generator_hidden}, not a positive multiple of its {out.generator_heads} heads")
+    return out

@@ -38,7 +38,7 @@ from replayloader.strategies import by_name
 
 from .data import BatchStream, prepare_pretraining_data
 from .grad_norms import GhostNorms, logit_gradient_bound, loop_grad_norms, spearman
-from .models import ElectraPair, build_electra_pair, get_preset, with_overrides
+from .models import ElectraPair, Preset, build_electra_pair, get_preset, resized, with_overrides
 
 VARIANTS: dict[str, str] = {  # variant name -> replayloader strategy name
     "electra": "none",
@@ -70,6 +70,11 @@ class PretrainConfig:
     learning_rate: float | None = None
     warmup_steps: int | None = None
     dropout: float | None = None
+    # Model size overrides (None: the preset's). hidden H also sets FFN 4H and embedding H; see models.resized.
+    hidden: int | None = None
+    layers: int | None = None
+    generator_fraction: float | None = None  # generator hidden and FFN as a fraction of the discriminator's
+    generator_layers: int | None = None  # None: the discriminator's depth
     weight_decay: float = 0.01
     discriminator_weight: float = 50.0
     mask_prob: float = 0.15
@@ -134,7 +139,13 @@ class PretrainConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        out.model_preset()  # ValueError on sizes that cannot build a model
         return out
+
+    def model_preset(self) -> Preset:
+        """The preset with this run's sequence length and size overrides: what the models are built from."""
+        preset = with_overrides(get_preset(self.preset), max_len=self.max_len)
+        return resized(preset, self.hidden, self.layers, self.generator_fraction, self.generator_layers)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -583,7 +594,7 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     stream = BatchStream(data.examples, cfg.batch_size, cfg.seed, special.pad, device)
 
     # ---- models, optimizer, schedule
-    preset = with_overrides(get_preset(cfg.preset), max_len=cfg.max_len)
+    preset = cfg.model_preset()
     pair = build_electra_pair(preset, len(data.tokenizer), special.pad, cfg.dropout, seed=cfg.seed).to(device)
     pair.train()
     optimizer = make_optimizer(pair, cfg.learning_rate, cfg.weight_decay)
