@@ -32,6 +32,10 @@ CORPORA = {  # name -> --corpus value (never the SQuAD dev articles: SQuAD dev i
     "wt2": f"{DATA}/wikitext-2/wiki.valid.tokens.gz,{DATA}/wikitext-2/wiki.test.tokens.gz",
     "brown": f"{NLTK_DIR}/brown.zip",
 }
+# Text no probe of that corpus trained on, for examples/heldout_auc.py: raw WikiText-2 test (other Wikipedia
+# articles) for every corpus but WikiText-2 itself, which gets SQuAD Wikipedia paragraphs instead.
+HELDOUT = {corpus: str(DATA / "wikitext-2" / "wiki.test.raw.noblank.gz") for corpus in CORPORA}
+HELDOUT["wt2"] = str(WIKI_DIR / "squad-train-articles.part2of2.txt.gz")
 BASE_STEPS = 1500
 CHECKPOINT_EVERY = 500
 
@@ -43,6 +47,8 @@ PROBES: dict[str, tuple[str, int, list[str]]] = {
     "wiki-vocab1k": ("wiki", BASE_STEPS, ["--vocab-size", "1024"]),  # more word pieces: in-word cues
     "docs-5k": ("docs", 5000, []),  # learned slowly in 1,500 steps (results/discriminator_probe.md): to 0.8?
     "wt2-base": ("wt2", BASE_STEPS, []),  # Wikipedia text of python-docs' size (463k tokens)
+    # The first 4,000 lines of the Wikipedia baseline (about python-docs' size): do repeated epochs let D learn?
+    "wiki-lines4000": ("wiki", BASE_STEPS, ["--max-lines", "4000"]),
     "wiki-genfrac0.125": ("wiki", BASE_STEPS, ["--generator-fraction", "0.125"]),
     "wiki-mask0.25": ("wiki", BASE_STEPS, ["--mask-prob", "0.25"]),
     "wiki-hidden128": ("wiki", BASE_STEPS, ["--hidden", "128"]),

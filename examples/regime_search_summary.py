@@ -8,6 +8,7 @@ OUT/regime_search_table.md) and the curves in a PNG.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from probe_metrics import prior_entropy, read_rows, tail_mean, window_mean
-from regime_search import PROBES
+from regime_search import HELDOUT, PROBES
 
 AUC_KEY = "replaced_auc_fresh"  # examples the discriminator never trained on (for ELECTRA: its whole batch)
 MARKS = [100, 250, 500, 1000, 2000, 3000, 5000, 10000]
@@ -40,6 +41,20 @@ def reached_and_held(steps: np.ndarray, auc: np.ndarray) -> tuple[str, str]:
     return str(int(steps[above[0]])), f"{auc[above[0]:].min():.3f}"
 
 
+def heldout(out: Path, name: str) -> dict | None:
+    """Held-out AUC of a finished probe (examples/heldout_auc.py), computed once and kept in heldout.json."""
+    run = out / name
+    cached = run / "heldout.json"
+    if not cached.exists():
+        if name not in PROBES or not (run / "summary.json").exists() or not (run / "generator").is_dir():
+            return None
+        from heldout_auc import heldout_auc
+
+        result = heldout_auc(run, HELDOUT[PROBES[name][0]])
+        cached.write_text(json.dumps({**result, "text": HELDOUT[PROBES[name][0]]}))
+    return json.loads(cached.read_text())
+
+
 def describe(name: str) -> str:
     if name not in PROBES:
         return "?"
@@ -52,7 +67,7 @@ def table(out: Path) -> str:
     names += sorted(p.parent.name for p in out.glob("*/metrics.jsonl") if p.parent.name not in PROBES)
     head = ["probe", "settings", "steps done", *(f"AUC @ {m}" for m in MARKS), f"best AUC (smoothed {SMOOTH})",
             f"first step AUC ≥ {TARGET}", "lowest AUC after", "AUC, last 10%", "L_D, last 100",
-            "H(replaced share)", "gen. MLM acc., last 100", "replaced-token acc., last 100", "s/step", "status"]
+            "H(replaced share)", "gen. MLM acc., last 100", "replaced-token acc., last 100", "held-out AUC (L_D / H)", "s/step", "status"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
     for name in names:
         rows = read_rows(out / name / "metrics.jsonl")
@@ -63,11 +78,14 @@ def table(out: Path) -> str:
         reached, held = reached_and_held(steps, auc)
         last = rows[-max(1, len(rows) // 10):]
         state = "done" if (out / name / "summary.json").exists() else "unfinished"
+        held_out = heldout(out, name)
+        held_out = (f"{held_out['auc']:.3f} ({held_out['discriminator_loss']:.3f} / {held_out['prior_entropy']:.3f})"
+                    if held_out else "")
         cells = [name, describe(name), f"{done}/{planned}",
                  *(f"{window_mean(rows, AUC_KEY, m):.3f}" if m <= done else "" for m in MARKS), best, reached, held,
                  f"{tail_mean(last, AUC_KEY, len(last)):.3f}", f"{tail_mean(rows, 'discriminator_loss'):.3f}",
                  f"{prior_entropy(tail_mean(rows, 'replaced_fraction')):.3f}",
-                 f"{tail_mean(rows, 'generator_accuracy'):.3f}", f"{tail_mean(rows, 'replaced_accuracy'):.3f}",
+                 f"{tail_mean(rows, 'generator_accuracy'):.3f}", f"{tail_mean(rows, 'replaced_accuracy'):.3f}", held_out,
                  f"{tail_mean(rows[1:], 'step_seconds', len(rows)):.3f}", state]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
