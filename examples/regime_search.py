@@ -47,14 +47,12 @@ PROBES: dict[str, tuple[str, int, list[str]]] = {
     "wiki-vocab1k": ("wiki", BASE_STEPS, ["--vocab-size", "1024"]),  # more word pieces: in-word cues
     "docs-5k": ("docs", 5000, []),  # learned slowly in 1,500 steps (results/discriminator_probe.md): to 0.8?
     "wt2-base": ("wt2", BASE_STEPS, []),  # Wikipedia text of python-docs' size (463k tokens)
-    "wiki-mask0.25": ("wiki", BASE_STEPS, ["--mask-prob", "0.25"]),  # more replaced tokens per batch
     # Every axis turned the way that should favour the discriminator at once: if even this collapses, no single
     # axis will rescue the tiny model on Wikipedia.
     "wiki-favourable": ("wiki", BASE_STEPS, ["--vocab-size", "1024", "--mask-prob", "0.25", "--hidden", "128",
                                              "--generator-fraction", "0.125", "--generator-layers", "1",
                                              "--lr", "1e-3", "--warmup-steps", "300"]),
-    # The first 4,000 lines of the Wikipedia baseline (about python-docs' size): do repeated epochs let D learn?
-    "wiki-lines4000": ("wiki", BASE_STEPS, ["--max-lines", "4000"]),
+    "wiki-mask0.25": ("wiki", BASE_STEPS, ["--mask-prob", "0.25"]),  # more replaced tokens per batch
     "wiki-hidden128": ("wiki", BASE_STEPS, ["--hidden", "128"]),
     "wiki-lr1e-3-warm500": ("wiki", BASE_STEPS, ["--lr", "1e-3", "--warmup-steps", "500"]),
     "wiki-genfrac0.125": ("wiki", BASE_STEPS, ["--generator-fraction", "0.125"]),
@@ -62,6 +60,8 @@ PROBES: dict[str, tuple[str, int, list[str]]] = {
     "wiki-genfrac0.5": ("wiki", BASE_STEPS, ["--generator-fraction", "0.5"]),
     "wiki-layers4": ("wiki", BASE_STEPS, ["--layers", "4"]),
     "brown-base": ("brown", BASE_STEPS, []),
+    # The first 4,000 lines of the Wikipedia baseline (about python-docs' size): do repeated epochs let D learn?
+    "wiki-lines4000": ("wiki", BASE_STEPS, ["--max-lines", "4000"]),
     "wiki-base-10k": ("wiki", 10_000, []),  # a late escape from the plateau?
 }
 
