@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from probe_metrics import prior_entropy, read_rows, tail_mean, window_mean
-from regime_search import HELDOUT, PROBES
+from regime_search import PROBES, heldout_text
 
 AUC_KEY = "replaced_auc_fresh"  # examples the discriminator never trained on (for ELECTRA: its whole batch)
 MARKS = [100, 250, 500, 1000, 2000, 3000, 5000, 10000]
@@ -50,8 +50,9 @@ def heldout(out: Path, name: str) -> dict | None:
             return None
         from heldout_auc import heldout_auc
 
-        result = heldout_auc(run, HELDOUT[PROBES[name][0]])
-        cached.write_text(json.dumps({**result, "text": HELDOUT[PROBES[name][0]]}))
+        text, skip = heldout_text(out, name)
+        result = heldout_auc(run, text, skip)
+        cached.write_text(json.dumps({**result, "text": text, "skip_lines": skip}))
     return json.loads(cached.read_text())
 
 
