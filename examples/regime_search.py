@@ -59,11 +59,12 @@ PROBES: dict[str, tuple[str, int, list[str]]] = {
     "wt2-base": ("wt2", BASE_STEPS, []),  # Wikipedia text of python-docs' size (463k tokens)
     # Every axis turned the way that should favour the discriminator at once: if even this collapses, no single
     # axis will rescue the tiny model on Wikipedia.
-    # python-docs without its last 10% of lines, which stay held out: is what D learns there memorisation?
-    "docs90-5k": ("docs", 5000, ["--max-lines", str(DOCS_TRAIN_LINES)]),
     "wiki-favourable": ("wiki", BASE_STEPS, ["--vocab-size", "1024", "--mask-prob", "0.25", "--hidden", "128",
                                              "--generator-fraction", "0.125", "--generator-layers", "1",
                                              "--lr", "1e-3", "--warmup-steps", "300"]),
+    # python-docs without its last 10% of lines, which stay held out: is what D learns there memorisation?
+    "docs90-5k": ("docs", 5000, ["--max-lines", str(DOCS_TRAIN_LINES)]),
+    "docs-mask0.25-3k": ("docs", 3000, ["--mask-prob", "0.25"]),  # python-docs learns: faster with more replacements?
     "wiki-mask0.25": ("wiki", BASE_STEPS, ["--mask-prob", "0.25"]),  # more replaced tokens per batch
     "wiki-hidden128": ("wiki", BASE_STEPS, ["--hidden", "128"]),
     "wiki-lr1e-3-warm500": ("wiki", BASE_STEPS, ["--lr", "1e-3", "--warmup-steps", "500"]),
