@@ -2,7 +2,6 @@
 replaced over original tokens along training, and how far each exported discriminator's logits move when one
 word of a fixed sentence is swapped, and how peaked their last-layer attention is on that sentence. Used by
 probe_discriminator.sh; `python examples/probe_discriminator_summary.py OUT`."""
-import json
 import math
 import sys
 from pathlib import Path
@@ -10,31 +9,21 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, ElectraForPreTraining
 
+from probe_metrics import prior_entropy, read_rows, tail_mean, window_mean
+
 out = Path(sys.argv[1])
 runs = sorted(p.parent.name for p in out.glob("*/metrics.jsonl"))
 marks = [1, 100, 250, 500, 1000, 1500]
-
-def window_mean(rows, key, step, half=25):
-    """Mean over steps within ±half of `step` (step 1: that step alone): one batch's AUC is noisy."""
-    vals = [r[key] for r in rows if (r["step"] == step if step == 1 else abs(r["step"] - step) <= half)
-            and r.get(key) is not None and not math.isnan(r[key])]
-    return sum(vals) / len(vals) if vals else float("nan")
-
-def entropy(p):
-    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
 
 print("| run | " + " | ".join(f"AUC @ {m}" for m in marks) + " | L_D, last 100 | prior entropy H(replaced share) "
       "| replaced-token acc, last 100 |")
 print("|---|" + "---|" * (len(marks) + 3))
 for name in runs:
-    path = out / name / "metrics.jsonl"
-    rows = [json.loads(line) for line in path.open()]
+    rows = read_rows(out / name / "metrics.jsonl")
     steps = rows[-1]["step"]
-    tail = rows[-100:]
-    mean = lambda key: sum(r[key] for r in tail) / len(tail)
     aucs = [f"{window_mean(rows, 'replaced_auc', m):.3f}" if m <= steps else "—" for m in marks]
-    print(f"| {name} | " + " | ".join(aucs) + f" | {mean('discriminator_loss'):.3f} | "
-          f"{entropy(mean('replaced_fraction')):.3f} | {mean('replaced_accuracy'):.3f} |")
+    print(f"| {name} | " + " | ".join(aucs) + f" | {tail_mean(rows, 'discriminator_loss'):.3f} | "
+          f"{prior_entropy(tail_mean(rows, 'replaced_fraction')):.3f} | {tail_mean(rows, 'replaced_accuracy'):.3f} |")
 
 # Does the trained discriminator respond to its input at all? Swap one word of a fixed sentence at a time (to
 # "the", or "of" where it is "the") and measure how far the logits move, at that token and elsewhere. Attention

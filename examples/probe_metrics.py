@@ -1,0 +1,33 @@
+"""Reading a pretraining run's metrics.jsonl for the probe summaries: one batch's ranking AUC is noisy, so the
+summaries average over a window of steps, and L_D is read against the entropy of the replaced-token share (the
+loss of a discriminator that predicts only the base rate)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from scipy.stats import entropy
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    with open(path) as lines:
+        return [json.loads(line) for line in lines]
+
+
+def window_mean(rows: list[dict], key: str, step: int, half: int = 25) -> float:
+    """Mean of ``key`` over the steps within ±half of ``step`` (step 1: that step alone); NaN when none."""
+    values = [r[key] for r in rows if (r["step"] == step if step == 1 else abs(r["step"] - step) <= half)
+              and r.get(key) is not None and not math.isnan(r[key])]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def tail_mean(rows: list[dict], key: str, n: int = 100) -> float:
+    """Mean of ``key`` over the last n steps (NaN when none)."""
+    values = [r[key] for r in rows[-n:] if r.get(key) is not None and not math.isnan(r[key])]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def prior_entropy(replaced_share: float) -> float:
+    """Binary entropy (nats) of the replaced share: L_D of a discriminator that has learned only the base rate."""
+    return float(entropy([replaced_share, 1 - replaced_share]))
