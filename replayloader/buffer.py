@@ -52,8 +52,7 @@ class BufferReadView:
         self._buffer = buffer
         self.weights = buffer.weights.view()
         self.weights.flags.writeable = False
-        self.visits = buffer.meta[:, VISITS]  # a strided view; copy-on-read is the reader's business
-        self.visits = self.visits.view()
+        self.visits = buffer.meta[:, VISITS].view()  # strided, like `buffer.visits`
         self.visits.flags.writeable = False
 
     @property
@@ -308,9 +307,9 @@ class ReplayBuffer:
         if values is not None and len(slots):
             changed, new_weights = update.compute(slots, slot_values)
             target = slots[changed]
-            new_weights = np.ascontiguousarray(new_weights, np.float64)
+            new_weights = np.ascontiguousarray(new_weights, np.float64)  # observe() gets what the tree got
             if len(target):
-                write_weights(self.tree.nodes, self.tree.layout, self.weights, target, new_weights, self.alpha)
+                self._set_weights(target, new_weights)
         init = self.strategy.init
         if len(target):
             init.observe(self.view, target, new_weights)
