@@ -186,3 +186,25 @@ def test_random_add_update_sample_sequences_match_reference(capacity, data):
         np.testing.assert_allclose(buf.weights[: len(buf)], want, rtol=1e-9, atol=1e-12 * largest)
         assert buf.tree.total == pytest.approx(buf.weights[: len(buf)].sum(), rel=1e-12, abs=1e-300)
         np.testing.assert_allclose(buf.mean_weight(), want.mean(), rtol=1e-9, atol=1e-12 * largest)
+
+
+class _FixedVictims(FIFO):
+    """A user eviction that returns whatever it was given (to check the buffer's guard on victims)."""
+
+    def __init__(self, victims):
+        super().__init__()
+        self.victims = victims
+
+    def choose(self, tree, k):
+        return np.array(self.victims[:k], np.int64)
+
+
+@pytest.mark.parametrize("victims", [[1, 1], [0, 9], [-1, 0], [0]])  # repeated, out of range, negative, too few
+def test_a_user_eviction_that_returns_bad_slots_is_refused_and_changes_nothing(victims):
+    buf = ReplayBuffer(4, strategy=Strategy(MeanWeight(), SetWeight(), _FixedVictims(victims)), seed=0)
+    buf.add({"x": np.arange(4.0)[:, None]})
+    before = copy.deepcopy(buf.state_dict())
+    with pytest.raises(ValueError, match="eviction 'fifo' chose"):
+        buf.add({"x": np.zeros((2, 1))})
+    assert_state_equal(buf.state_dict(), before)
+    assert buf.strategy.evict.next_slot == 0  # nothing committed
