@@ -17,13 +17,7 @@ import torch
 from transformers import AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from integrations.electra.data import pack_token_stream  # noqa: E402
-from functools import partial  # noqa: E402
-
-from integrations.electra.models import masked_lm_logits  # noqa: E402
-from integrations.electra.pretrain import SpecialIds, corrupt_batch, discriminator_losses  # noqa: E402
-from integrations.electra.pretrain.metrics import ranking_auc  # noqa: E402
-from probe_metrics import prior_entropy  # noqa: E402
+from integrations.electra.pretrain.heldout import build_heldout_set, evaluate_heldout  # noqa: E402
 
 
 def heldout_lines(path: str, skip: int) -> list[str]:
@@ -32,34 +26,17 @@ def heldout_lines(path: str, skip: int) -> list[str]:
         return [line.strip() for i, line in enumerate(text) if i >= skip and line.strip()]
 
 
-@torch.no_grad()
-def heldout_auc(run: Path, text_file: str, skip_lines: int = 0, examples: int = 256, batch: int = 32,
-                seed: int = 0) -> dict:
+def heldout_auc(run: Path, text_file: str, skip_lines: int = 0, examples: int = 256, seed: int = 0) -> dict:
     """AUC and L_D of the run's discriminator on `examples` packed held-out examples corrupted by its generator."""
     config = json.loads((run / "config.json").read_text())
     tokenizer = AutoTokenizer.from_pretrained(str(run / "discriminator"))
-    discriminator = ElectraForPreTraining.from_pretrained(str(run / "discriminator")).eval()
-    generator = ElectraForMaskedLM.from_pretrained(str(run / "generator")).eval()
-    special = SpecialIds.from_tokenizer(tokenizer)
-    lines = heldout_lines(text_file, skip_lines)
-    ids, _ = pack_token_stream(tokenizer(lines, add_special_tokens=False)["input_ids"], config["max_len"],
-                               special.cls, special.sep, special.pad, min_tail=config["max_len"])
-    ids = torch.tensor(ids[:examples])
-    torch.manual_seed(seed)
-    replaced, original, losses, shares = [], [], [], []
-    for start in range(0, len(ids), batch):
-        rows = ids[start:start + batch]
-        raw = {"input_ids": rows, "attention_mask": (rows != special.pad).long()}
-        data, _ = corrupt_batch(partial(masked_lm_logits, generator), raw, special, config["mask_prob"], config["mask_token_prob"])
-        d = discriminator_losses(discriminator, data)
-        real = d.mask.bool()
-        replaced.append(d.logits[d.labels.bool() & real])
-        original.append(d.logits[~d.labels.bool() & real])
-        losses.append(float((d.per_example * d.mask.sum(1)).sum() / d.mask.sum()))
-        shares.append(float(d.labels[real].mean()))
-    share = sum(shares) / len(shares)
-    return {"examples": len(ids), "auc": ranking_auc(torch.cat(replaced), torch.cat(original)),
-            "discriminator_loss": sum(losses) / len(losses), "prior_entropy": prior_entropy(share)}
+    discriminator = ElectraForPreTraining.from_pretrained(str(run / "discriminator"))
+    generator = ElectraForMaskedLM.from_pretrained(str(run / "generator"))
+    heldout = build_heldout_set(generator, tokenizer, heldout_lines(text_file, skip_lines), config["max_len"],
+                                examples, config["mask_prob"], config["mask_token_prob"], seed, batch_size=32)
+    scores = evaluate_heldout(discriminator, heldout)
+    return {"examples": len(heldout), "auc": scores["heldout_auc"], "discriminator_loss": scores["heldout_loss"],
+            "prior_entropy": scores["heldout_base_entropy"]}
 
 
 def main() -> int:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
-from scipy.stats import entropy
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from integrations.electra.pretrain.metrics import base_rate_entropy as prior_entropy  # noqa: F401 (re-exported)
 
 
 def read_rows(path: str | Path) -> list[dict]:
@@ -26,8 +28,3 @@ def tail_mean(rows: list[dict], key: str, n: int = 100) -> float:
     """Mean of ``key`` over the last n steps (NaN when none)."""
     values = [r[key] for r in rows[-n:] if r.get(key) is not None and not math.isnan(r[key])]
     return sum(values) / len(values) if values else float("nan")
-
-
-def prior_entropy(replaced_share: float) -> float:
-    """Binary entropy (nats) of the replaced share: L_D of a discriminator that has learned only the base rate."""
-    return float(entropy([replaced_share, 1 - replaced_share]))

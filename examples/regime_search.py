@@ -17,8 +17,9 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from run_queue import Job, pretrain_command, run_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 # ../shared/data from the main checkout, ../../shared/data from a worktree under wt/; SHARED_DATA overrides.
@@ -79,55 +80,14 @@ PROBES: dict[str, tuple[str, int, list[str]]] = {
 }
 
 
-def status(out: Path, name: str) -> str:
-    """done, running (a live process holds running.pid), partial (checkpoint, can resume) or new."""
-    run = out / name
-    if (run / "summary.json").exists():
-        return "done"
-    if running_pid(run) is not None:
-        return "running"
-    return "partial" if (run / "checkpoints").is_dir() and any((run / "checkpoints").iterdir()) else "new"
-
-
-def running_pid(run: Path) -> int | None:
-    try:
-        pid = int((run / "running.pid").read_text())
-        os.kill(pid, 0)
-    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
-        return None
-    return pid
-
-
-def running_count(out: Path) -> int:
-    return sum(running_pid(p.parent) is not None for p in out.glob("*/running.pid"))
-
-
-def command(out: Path, name: str, resume: bool) -> list[str]:
+def job(out: Path, name: str) -> Job:
+    """A probe as a queue job: ELECTRA, tiny preset, its corpus and flags; resumed from its checkpoints."""
     corpus, steps, flags = PROBES[name]
     run = out / name
-    common = ["--steps", str(steps), "--threads", "1", "--checkpoint-every", str(CHECKPOINT_EVERY),
-              "--output-dir", str(run), "--no-progress"]
-    head = ["nice", "-n", "15", sys.executable, str(REPO / "examples" / "electra_tmr.py"), "pretrain"]
-    if resume:  # every other setting comes from the checkpoint
-        return [*head, "--resume", str(run), *common]
-    return [*head, "--variant", "electra", "--preset", "tiny", "--corpus", CORPORA[corpus],
-            "--cache-dir", str(out / "cache" / corpus), *flags, *common]
-
-
-def launch(out: Path, name: str) -> subprocess.Popen:
-    run = out / name
-    resume = status(out, name) == "partial"
-    run.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               PYTHONPATH=str(REPO))
-    log = open(out / f"{name}.log", "a")
-    cmd = command(out, name, resume)
-    log.write(f"\n$ {' '.join(cmd)}\n")
-    log.flush()
-    process = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    (run / "running.pid").write_text(str(process.pid))
-    print(f"{time.strftime('%H:%M:%S')} {'resume' if resume else 'start'} {name} (pid {process.pid})", flush=True)
-    return process
+    common = ["--steps", str(steps), "--checkpoint-every", str(CHECKPOINT_EVERY), "--output-dir", str(run)]
+    start = pretrain_command("--variant", "electra", "--preset", "tiny", "--corpus", CORPORA[corpus],
+                             "--cache-dir", str(out / "cache" / corpus), *flags, *common)
+    return Job(name, run, start, resume=pretrain_command("--resume", str(run), *common))  # the rest: from the checkpoint
 
 
 def main() -> int:
@@ -146,28 +106,10 @@ def main() -> int:
     names = args.only or list(PROBES)
     if args.list:
         for name in names:
-            print(f"{status(out, name):8s} {name}: {' '.join(command(out, name, False)[6:])}")
+            probe = job(out, name)
+            print(f"{probe.status():8s} {name}: {' '.join(probe.start[8:])}")
         return 0
-    mine: dict[str, subprocess.Popen] = {}
-
-    def reap() -> None:  # a finished child stays a zombie (and looks alive to os.kill) until it is waited for
-        for name, process in list(mine.items()):
-            if process.poll() is not None:
-                (out / name / "running.pid").unlink(missing_ok=True)
-                print(f"{time.strftime('%H:%M:%S')} {name} exited with {process.returncode}", flush=True)
-                del mine[name]
-
-    for name in names:
-        if status(out, name) in ("done", "running"):
-            continue
-        while running_count(out) >= args.parallel:
-            time.sleep(5)
-            reap()
-        mine[name] = launch(out, name)
-        time.sleep(2)
-    while mine:
-        time.sleep(5)
-        reap()
+    run_jobs([job(out, name) for name in names], out, args.parallel, wait=False)
     if not args.no_summary:
         subprocess.run([sys.executable, str(REPO / "examples" / "regime_search_summary.py"), str(out)], check=False)
     return 0

@@ -1,9 +1,12 @@
-"""Command line: ``compare`` (the default with no arguments), ``pretrain`` and ``finetune``.
+"""Command line: ``compare`` (the default with no arguments), ``pretrain``, ``heldout``, ``export`` and
+``finetune``.
 
     python examples/electra_tmr.py                       # ELECTRA vs TMR(loss_diff), tiny, embedded corpus,
                                                          # then a small GLUE fine-tune when GLUE data is found
     python examples/electra_tmr.py pretrain --variant tmr-grad_norm --preset small --corpus FILES...
     python examples/electra_tmr.py pretrain --resume runs/electra_tmr/tmr-loss_diff --steps 2000
+    python examples/electra_tmr.py heldout --generator RUN/generator --start-line 16600 --output heldout.safetensors
+    python examples/electra_tmr.py export --checkpoint RUN/checkpoints/step-00001250 --output-dir RUN/at-1250
     python examples/electra_tmr.py finetune --checkpoint runs/.../discriminator --task sst2
 
 Bad arguments or data end with one ``error: ...`` line and exit status 2 (``ELECTRA_TMR_DEBUG=1`` shows the
@@ -74,6 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_arguments(pretrain)
     pretrain.set_defaults(func=run_pretrain)
 
+    heldout = sub.add_parser("heldout", help="corrupt held-out text once with a reference generator, for "
+                             "pretraining's --heldout (the same test inputs for every run)")
+    from .common import add_dataclass_arguments
+    from .pretrain.heldout import HeldoutConfig
+
+    add_dataclass_arguments(heldout, HeldoutConfig)
+    heldout.set_defaults(func=run_heldout)
+
+    export = sub.add_parser("export", help="Hugging Face discriminator/ and generator/ directories from any "
+                            "pretraining checkpoint (to fine-tune from part-way through a run)")
+    export.add_argument("--checkpoint", required=True, help="a step directory, or a run directory (its latest)")
+    export.add_argument("--output-dir", required=True, help="where discriminator/ and generator/ are written")
+    export.set_defaults(func=run_export)
+
     try:
         from .finetune.cli import add_finetune_subparser
     except ImportError as exc:
@@ -107,6 +124,24 @@ def run_pretrain(args: argparse.Namespace) -> int:
     result = pretrain(pretrain_config(args))
     print(json.dumps(result.summary, indent=1))
     print(f"wrote {result.output_dir} (metrics.jsonl, losses.png, checkpoints/, discriminator/)")
+    return 0
+
+
+def run_heldout(args: argparse.Namespace) -> int:
+    from .common import typed_options
+    from .pretrain.heldout import HeldoutConfig, make_heldout
+
+    config = HeldoutConfig(**typed_options(args, HeldoutConfig))
+    made = make_heldout(config)
+    print(json.dumps({"output": config.output, "examples": len(made), "replaced_share": made.replaced_share,
+                      **made.info}, indent=1))
+    return 0
+
+
+def run_export(args: argparse.Namespace) -> int:
+    from .pretrain.export import export_checkpoint
+
+    print(f"wrote {export_checkpoint(args.checkpoint, args.output_dir)} and its generator")
     return 0
 
 

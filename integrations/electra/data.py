@@ -220,6 +220,15 @@ def load_text_dataset(spec: CorpusSpec, cache_dir: Path):
         raise UserError(f"cannot read corpus files ({', '.join(files[:3])}...): {exc}") from None
 
 
+def corpus_lines(spec: CorpusSpec, cache_dir: Path, start: int = 0, stop: int | None = None):
+    """The corpus's non-blank lines ``start:stop`` as a ``text`` dataset: what ``--max-lines N`` trains on is
+    ``stop=N``, and ``start=N`` is the text such a run never saw (the held-out set's source)."""
+    text = load_text_dataset(spec, cache_dir)
+    text = text.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
+    stop = len(text) if stop is None else min(stop, len(text))
+    return text if (start, stop) == (0, len(text)) else text.select(range(min(start, stop), stop))
+
+
 # ----------------------------------------------------------------------------- packing
 def pack_token_stream(token_lists: list[list[int]], max_len: int, cls_id: int, sep_id: int, pad_id: int,
                       min_tail: int) -> tuple[list[list[int]], list[int]]:
@@ -278,10 +287,7 @@ def prepare_pretraining_data(corpus: str, cache_dir: str | os.PathLike, vocab_si
     entry = cache_root / "examples" / key
     examples_dir, tokenizer_dir = entry / "examples", entry / "tokenizer"
     if not examples_dir.exists():
-        text = load_text_dataset(spec, cache_root)
-        text = text.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
-        if max_lines is not None:
-            text = text.select(range(min(max_lines, len(text))))
+        text = corpus_lines(spec, cache_root, stop=max_lines)
         if len(text) == 0:
             raise UserError(f"corpus {corpus!r} is empty (no non-blank lines)")
         if tokenizer_path:

@@ -270,6 +270,25 @@ def test_hf_export_loads_with_auto_classes(corpus, tmp_path):
     assert model(**encoded).last_hidden_state.shape[-1] == PRESETS["tiny"].hidden
 
 
+def test_export_of_a_checkpoint_equals_the_runs_own_export_at_that_step(corpus, tmp_path):
+    from transformers import AutoModel
+
+    result = pretrain(tiny_config(corpus, tmp_path / "run", steps=6, checkpoint_every=3, keep_checkpoints=0,
+                                  export_hf=True))
+    final_dir = cli.main(["export", "--checkpoint", str(tmp_path / "run"), "--output-dir", str(tmp_path / "last")])
+    assert final_dir == 0
+    early = cli.main(["export", "--checkpoint", str(tmp_path / "run" / "checkpoints" / "step-00000003"),
+                      "--output-dir", str(tmp_path / "early")])
+    assert early == 0
+    own, last, at3 = (AutoModel.from_pretrained(d).state_dict()
+                      for d in (result.discriminator_dir, tmp_path / "last" / "discriminator",
+                                tmp_path / "early" / "discriminator"))
+    assert all(torch.equal(own[k], last[k]) for k in own)  # the latest checkpoint is the final model
+    assert not all(torch.equal(own[k], at3[k]) for k in own)  # step 3 is not
+    assert (tmp_path / "early" / "generator" / "config.json").is_file()
+    assert (tmp_path / "early" / "discriminator" / "tokenizer.json").is_file()
+
+
 # ----------------------------------------------------------------------------- command line
 @pytest.mark.parametrize("argv, fragment", [
     (["pretrain", "--variant", "tmr-nope"], "unknown variant"),

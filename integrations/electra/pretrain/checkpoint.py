@@ -72,10 +72,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
         raise UserError(f"checkpoint format {state.get('format')!r} in {path} is not supported "
                         f"(this version reads format {CHECKPOINT_FORMAT})")
     check_world_size(path, state, world.size)
-    tensors = load_torch_file(str(path / "tensors.safetensors"))
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            parameter.copy_(tensors[f"model/{name}"])
+    tensors = load_model_weights(path, model)
     optimizer_state = {"param_groups": state["optimizer"]["param_groups"], "state": {}}
     for index, keys in state["optimizer"]["state_keys"].items():
         optimizer_state["state"][int(index)] = {key: tensors[f"optimizer/{index}/{key}"] for key in keys}
@@ -84,6 +81,24 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     rank_state = _load_rank_state(path, world.rank)
     _restore_rng(rank_state["rng"])
     return int(state["step"]), rank_state["loader"]
+
+
+def load_model_weights(path: Path, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Copy a checkpoint's parameters into ``model`` (built with the run's sizes); return all its tensors."""
+    tensors = load_torch_file(str(path / "tensors.safetensors"))
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.copy_(tensors[f"model/{name}"])
+    return tensors
+
+
+def export_pair(pair: torch.nn.Module, tokenizer: Any, out_dir: Path) -> str:
+    """Hugging Face directories ``discriminator/`` and ``generator/`` (each with the tokenizer) for fine-tuning;
+    returns the discriminator's."""
+    for name in ("discriminator", "generator"):
+        getattr(pair, name).save_pretrained(str(out_dir / name))
+        tokenizer.save_pretrained(str(out_dir / name))
+    return str(out_dir / "discriminator")
 
 
 def check_world_size(path: Path, state: dict, ranks: int) -> None:

@@ -86,6 +86,11 @@ class PretrainConfig:
     max_lines: int | None = option(None, "use only the first N corpus lines", DATA)
     output_dir: str | None = option(None, f"where the run is written (default {DEFAULT_OUTPUT}/VARIANT)", RUN)
     cache_dir: str | None = option(None, "tokenizer/example cache (default: OUTPUT_DIR/../cache)", RUN)
+    heldout: str | None = option(None, "a held-out set file (`electra_tmr.py heldout`): text no run trains on, "
+                                       "corrupted once by one reference generator; the discriminator's AUC and "
+                                       "L_D on it are logged as heldout_auc / heldout_loss, the same inputs for "
+                                       "every run", RUN)
+    heldout_every: int = option(250, "score the --heldout set every M steps (and at the last step)", RUN)
     checkpoint_every: int = option(0, "checkpoint every M steps (0: only at the end)", RUN)
     keep_checkpoints: int = option(2, "how many checkpoints to keep", RUN)
     resume: str | None = option(None, "continue exactly from a checkpoint (a step dir, or a run dir: its latest "
@@ -134,6 +139,7 @@ class PretrainConfig:
                                                         f"got {out.grad_norm_method!r}"),
             (out.amp in ("none", "bf16", "fp16"), f"--amp must be none, bf16 or fp16, got {out.amp!r}"),
             (out.dist_timeout > 0, f"--dist-timeout must be > 0, got {out.dist_timeout}"),
+            (out.heldout_every >= 1, f"--heldout-every must be >= 1, got {out.heldout_every}"),
             (out.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {out.checkpoint_every}"),
             (out.clip_norm > 0, f"--clip must be > 0, got {out.clip_norm}"),
             (sizes.hidden >= 1 and sizes.hidden % sizes.heads == 0,

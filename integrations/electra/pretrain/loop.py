@@ -31,11 +31,12 @@ from transformers import get_linear_schedule_with_warmup
 from ..common import set_seed
 from ..data import BatchStream, prepare_pretraining_data
 from ..models import PairPart, build_electra_pair
-from .checkpoint import find_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from .checkpoint import export_pair, find_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
 from .config import FEEDBACK, VARIANTS, PretrainConfig, model_preset
 from .corruption import CorruptionProducer, SpecialIds
 from .distributed import make_world
 from .feedback import make_feedback
+from .heldout import HeldoutSet, evaluate_heldout
 from .losses import discriminator_losses, make_optimizer
 from .metrics import MetricsLog, plot_metrics, read_metrics, step_record, summarize
 
@@ -78,6 +79,7 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
         data = prepare_pretraining_data(cfg.corpus, cfg.cache_dir, cfg.vocab_size, cfg.max_len, cfg.corpus_config,
                                         cfg.tokenizer, cfg.max_lines)
     special = SpecialIds.from_tokenizer(data.tokenizer)
+    heldout = HeldoutSet.load(cfg.heldout, data.tokenizer, device) if cfg.heldout else None
     stream = BatchStream(data.examples, batch_size, cfg.seed, special.pad, device, shard=(world.rank, world.size))
 
     # ---- models, optimizer, schedule, loss scaling (a no-op unless fp16 on CUDA)
@@ -142,8 +144,11 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
 
             # ---- metrics and checkpoints
             seconds = {"data_seconds": stream.last_seconds, "step_seconds": time.perf_counter() - step_started}
-            record = world.reduce_record(step_record(batch.step, lr, loss, generator_loss, d, batch, signals,
-                                                     total_grad_norm, buffer.stats(), seconds))
+            record = step_record(batch.step, lr, loss, generator_loss, d, batch, signals, total_grad_norm,
+                                 buffer.stats(), seconds)
+            if heldout is not None and (batch.step % cfg.heldout_every == 0 or batch.step == cfg.steps):
+                record.update(evaluate_heldout(pair.discriminator, heldout, autocast=autocast))
+            record = world.reduce_record(record)
             log.write(record)
             bar.update(1)
             bar.set_postfix(loss=f"{record['loss']:.3f}", G=f"{record['generator_loss']:.2f}",
@@ -163,12 +168,7 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
         return PretrainResult(cfg, str(out_dir), None, str(out_dir / "metrics.jsonl"), "")
 
     # ---- exports: HF directories for fine-tuning, curves, summary
-    discriminator_dir = None
-    if cfg.export_hf:
-        discriminator_dir = str(out_dir / "discriminator")
-        for name, model in (("discriminator", pair.discriminator), ("generator", pair.generator)):
-            model.save_pretrained(str(out_dir / name))
-            data.tokenizer.save_pretrained(str(out_dir / name))
+    discriminator_dir = export_pair(pair, data.tokenizer, out_dir) if cfg.export_hf else None
     records = read_metrics(out_dir / "metrics.jsonl")
     plot_path = out_dir / "losses.png"
     plot_metrics({cfg.variant: records}, plot_path)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from scipy.stats import entropy
 from sklearn.metrics import roc_auc_score
 
 from replayloader.strategies import grad_bound_sigmoid
@@ -71,6 +72,11 @@ def drift_metrics(data: Mapping[str, torch.Tensor], losses: DiscriminatorLosses,
         "replaced_fraction": _fraction(replaced.sum(), real.sum()),
         "discriminator_accuracy": _fraction(((predicted == losses.labels) & real).sum(), real.sum()),
         "replaced_accuracy": _fraction((predicted.bool() & replaced).sum(), replaced.sum()),
+        # Drift: how well D spots the current generator's replacements (fresh rows) against older ones (replayed)
+        "replaced_accuracy_fresh": _fraction((predicted.bool() & replaced & fresh_rows[:, None]).sum(),
+                                             (replaced & fresh_rows[:, None]).sum()),
+        "replaced_accuracy_replayed": _fraction((predicted.bool() & replaced & ~fresh_rows[:, None]).sum(),
+                                                (replaced & ~fresh_rows[:, None]).sum()),
         "original_accuracy": _fraction((~predicted.bool() & original).sum(), original.sum()),
         "replaced_auc": ranking_auc(losses.logits[replaced], losses.logits[original]),
         # On fresh rows only: examples D has never trained on, comparable across variants (replayed rows were
@@ -89,6 +95,12 @@ def ranking_auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
     scores = torch.cat([positive, negative]).detach().double().cpu().numpy()
     labels = np.r_[np.ones(positive.numel()), np.zeros(negative.numel())]
     return float(roc_auc_score(labels, scores))
+
+
+def base_rate_entropy(replaced_share: float) -> float:
+    """Binary entropy (nats) of the replaced share: the L_D of a discriminator that has learned only the base
+    rate, the line a collapsed discriminator sits on."""
+    return float(entropy([replaced_share, 1 - replaced_share]))
 
 
 def plot_metrics(runs: Mapping[str, list[dict]], path: str | Path) -> None:
@@ -134,7 +146,8 @@ def summarize(records: list[dict], tail: float = 0.1) -> dict:
         return float(np.mean(values)) if values else None
 
     keys = ["loss", "generator_loss", "discriminator_loss", "generator_accuracy", "discriminator_accuracy",
-            "replaced_accuracy", "replaced_auc", "discriminator_loss_fresh", "replaced_auc_fresh",
+            "replaced_accuracy", "replaced_accuracy_fresh", "replaced_accuracy_replayed", "replaced_auc",
+            "discriminator_loss_fresh", "replaced_auc_fresh", "heldout_auc", "heldout_loss",
             "changed_fraction_produced", "changed_fraction_fresh",
             "changed_fraction_replayed", "fresh_fraction", "sample_age_mean", "buffer_weight_std",
             "buffer_mean_visits", "example_grad_norm_mean", "bound_vs_norm_spearman"]

@@ -1,0 +1,201 @@
+"""Tables and figures of issue 11's phase 2 from the runs of examples/reproduce_tmr_cpu.py (any subset done).
+
+    python examples/reproduce_tmr_summary.py runs/reproduce_tmr     # -> results/reproduction_tables.md + .png
+
+- Held-out AUC and L_D (the same corrupted tokens for every run) at 25/50/100% of the steps: mean ± sample std
+  over seeds, and the paired difference TMR - ELECTRA (same seed) with a percentile-bootstrap 95% CI.
+- Curves (the paper's Fig. 2 and Fig. 3 analogues): held-out AUC and L_D above the base-rate entropy, mean over
+  seeds with a 95% t band, against steps and against wall time. A run's wall-time axis is its step count times
+  the median step time of its arm: the runs shared a 2-core machine with other work, so per-step medians are
+  the stable measure of cost.
+- Runtime (paper Table 2 analogue) and drift (generator change rate, replaced-token accuracy on fresh against
+  replayed rows, age of replayed examples) over training.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from reproduce_tmr_cpu import ARMS, EXTRA_ARMS, STEPS
+
+REPO = Path(__file__).resolve().parents[1]
+MARKS = (STEPS // 4, STEPS // 2, STEPS)  # 25, 50, 100% of the steps
+
+
+def load_runs(out: Path) -> dict[str, dict[int, list[dict]]]:
+    """arm -> seed -> metrics records, for every finished arm run."""
+    runs: dict[str, dict[int, list[dict]]] = {}
+    for run in sorted((out / "pretrain").glob("*-seed*")):
+        if not (run / "summary.json").exists():
+            continue
+        arm, seed = run.name.rsplit("-seed", 1)
+        with open(run / "metrics.jsonl") as lines:
+            runs.setdefault(arm, {})[int(seed)] = [json.loads(line) for line in lines]
+    return runs
+
+
+def at(records: list[dict], key: str, step: int) -> float:
+    return next((r[key] for r in records if r["step"] == step and r.get(key) is not None), float("nan"))
+
+
+def curve(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
+    points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    steps, values = zip(*points) if points else ((), ())
+    return np.asarray(steps), np.asarray(values, float)
+
+
+def window_mean(records: list[dict], key: str, first: int, last: int) -> float:
+    values = [r[key] for r in records if first <= r["step"] <= last and r.get(key) is not None]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def mean_std(values: list[float]) -> str:
+    values = [v for v in values if np.isfinite(v)]
+    if not values:
+        return "–"
+    return f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}" if len(values) > 1 else f"{values[0]:.4f}"
+
+
+def paired_difference(arm: dict[int, list[dict]], base: dict[int, list[dict]], value) -> str:
+    """Mean of (arm - base) over the seeds both have, with a percentile-bootstrap 95% CI (n >= 3)."""
+    seeds = sorted(set(arm) & set(base))
+    diffs = np.array([value(arm[s]) - value(base[s]) for s in seeds])
+    diffs = diffs[np.isfinite(diffs)]
+    if len(diffs) == 0:
+        return "–"
+    if len(diffs) < 3:
+        return f"{diffs.mean():+.4f} (n={len(diffs)}, no CI)"
+    ci = stats.bootstrap((diffs,), np.mean, confidence_level=0.95, method="percentile", n_resamples=10_000,
+                         random_state=0).confidence_interval
+    return f"{diffs.mean():+.4f} [{ci.low:+.4f}, {ci.high:+.4f}] (n={len(diffs)})"
+
+
+def band(runs: dict[int, list[dict]], key: str, gap_key: str | None = None):
+    """Steps and the mean with a 95% t band over seeds of ``key`` (minus ``gap_key`` when given)."""
+    series = []
+    for records in runs.values():
+        steps, values = curve(records, key)
+        if gap_key is not None:
+            values = values - curve(records, gap_key)[1]
+        series.append((steps, values))
+    length = min(len(v) for _, v in series)
+    steps = series[0][0][:length]
+    matrix = np.array([v[:length] for _, v in series])
+    mean = matrix.mean(0)
+    if len(matrix) < 2:
+        return steps, mean, mean, mean
+    half = stats.t.ppf(0.975, len(matrix) - 1) * matrix.std(0, ddof=1) / np.sqrt(len(matrix))
+    return steps, mean, mean - half, mean + half
+
+
+def median_step_seconds(runs: dict[int, list[dict]]) -> float:
+    return float(np.median([r["step_seconds"] for records in runs.values() for r in records[1:]]))
+
+
+def plot(runs: dict[str, dict[int, list[dict]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("heldout_auc", None, "held-out AUC (same tokens for every run)"),
+              ("heldout_loss", "heldout_base_entropy", "held-out L_D minus base-rate entropy")]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+    for row, (key, gap, title) in enumerate(panels):
+        for index, (arm, seeds) in enumerate(runs.items()):
+            steps, mean, low, high = band(seeds, key, gap)
+            for col, scale in enumerate((1.0, median_step_seconds(seeds) / 60)):
+                ax = axes[row, col]
+                x = steps * scale
+                ax.plot(x, mean, color=f"C{index}", label=f"{arm} (n={len(seeds)})")
+                ax.fill_between(x, low, high, color=f"C{index}", alpha=0.2)
+        for col, xlabel in enumerate(("step", "minutes (steps x the arm's median step time, 1 thread)")):
+            axes[row, col].set_title(title + (" vs wall time" if col else ""))
+            axes[row, col].set_xlabel(xlabel)
+            axes[row, col].grid(alpha=0.3)
+    axes[0, 0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def tables(runs: dict[str, dict[int, list[dict]]], out: Path) -> list[str]:
+    base = runs.get("electra", {})
+    marks = ", ".join(f"{m:,}" for m in MARKS)
+    lines = [f"## Held-out discriminator scores at steps {marks} (mean ± std over seeds)", "",
+             "| arm | seeds | " + " | ".join(f"AUC @ {m:,}" for m in MARKS) + " | "
+             + " | ".join(f"L_D @ {m:,}" for m in MARKS) + " | fresh AUC, last 500 steps |",
+             "|---|---|" + "---|" * (2 * len(MARKS) + 1)]
+    for arm, seeds in runs.items():
+        cells = [mean_std([at(r, "heldout_auc", m) for r in seeds.values()]) for m in MARKS]
+        cells += [mean_std([at(r, "heldout_loss", m) for r in seeds.values()]) for m in MARKS]
+        cells.append(mean_std([window_mean(r, "replaced_auc_fresh", STEPS - 499, STEPS) for r in seeds.values()]))
+        lines.append(f"| {arm} | {len(seeds)} ({', '.join(map(str, sorted(seeds)))}) | " + " | ".join(cells) + " |")
+    lines += ["", "## Paired difference TMR − ELECTRA (same seed), mean [bootstrap 95% CI]", "",
+              "| arm | " + " | ".join(f"ΔAUC @ {m:,}" for m in MARKS) + " | "
+              + " | ".join(f"ΔL_D @ {m:,}" for m in MARKS) + " |", "|---|" + "---|" * (2 * len(MARKS))]
+    for arm, seeds in runs.items():
+        if arm == "electra" or not base:
+            continue
+        cells = [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_auc", m)) for m in MARKS]
+        cells += [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_loss", m)) for m in MARKS]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += ["", "## Runtime (paper Table 2 analogue), measured in these runs", "",
+              "| arm | median s/step | relative to electra | producer s/step (mask + generator) | "
+              "wall minutes for the steps at the median |", "|---|---|---|---|---|"]
+    electra_step = median_step_seconds(base) if base else float("nan")
+    for arm, seeds in runs.items():
+        step = median_step_seconds(seeds)
+        produce = float(np.median([r["produce_seconds"] for rs in seeds.values() for r in rs[1:]]))
+        lines.append(f"| {arm} | {step:.3f} | {step / electra_step:.2f}× | {produce:.3f} | {step * STEPS / 60:.1f} |")
+    windows = [(1, STEPS // 4), (STEPS // 4 + 1, STEPS // 2), (STEPS // 2 + 1, STEPS)]
+    lines += ["", "## Drift over training (mean over steps in each window, then over seeds)", "",
+              "generator change rate = share of masked tokens the generator replaced with another token; "
+              "replaced-token accuracy = share of replaced tokens the discriminator flags, on the rows produced "
+              "this step (fresh) and on replayed rows.", "",
+              "| arm | steps | generator change rate | replaced acc. fresh | replaced acc. replayed | "
+              "fresh AUC | age of sampled examples |", "|---|---|---|---|---|---|---|"]
+    for arm, seeds in runs.items():
+        for first, last in windows:
+            cells = [np.nanmean([window_mean(r, key, first, last) for r in seeds.values()])
+                     for key in ("changed_fraction_produced", "replaced_accuracy_fresh",
+                                 "replaced_accuracy_replayed", "replaced_auc_fresh", "sample_age_mean")]
+            lines.append(f"| {arm} | {first:,}–{last:,} | " + " | ".join(
+                "–" if not np.isfinite(c) else f"{c:.3f}" for c in cells) + " |")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", default=str(REPO / "runs" / "reproduce_tmr"))
+    parser.add_argument("--results", default=str(REPO / "results"))
+    args = parser.parse_args()
+    out, results = Path(args.out), Path(args.results)
+    loaded = load_runs(out)
+    runs = {arm: loaded[arm] for arm in (*ARMS, *EXTRA_ARMS) if arm in loaded}
+    if not runs:
+        print(f"no finished runs under {out / 'pretrain'}", file=sys.stderr)
+        return 1
+    heldout = json.loads((out / "heldout.json").read_text()) if (out / "heldout.json").exists() else {}
+    header = ["# Phase 2 tables (generated)", "",
+              f"Made by `python examples/reproduce_tmr_summary.py {args.out}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+              " from the finished runs of `python examples/reproduce_tmr_cpu.py`; machine: 2 CPU cores, no GPU, one "
+              "torch thread per run, two runs at a time. Plot: `reproduction_curves.png`.", ""]
+    if heldout:
+        header += [f"Held-out set: {heldout.get('examples')} examples of {heldout.get('max_len')} tokens from "
+                   f"python-docs lines {heldout.get('start_line'):,} on, corrupted once by the reference generator "
+                   f"(replaced share {heldout.get('replaced_share', float('nan')):.4f}).", ""]
+    (results / "reproduction_tables.md").write_text("\n".join(header + tables(runs, out)) + "\n")
+    plot(runs, results / "reproduction_curves.png")
+    print(f"wrote {results / 'reproduction_tables.md'} and {results / 'reproduction_curves.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""A tiny resumable job queue for the experiment drivers (regime_search.py, reproduce_tmr_cpu.py).
+
+A job is a command that writes one run directory and, when it has finished, a ``done`` file in it. Drivers may
+be stopped and restarted at will: a done job is never redone, a job with checkpoints is restarted with its
+resume command, and a job another driver is running (its ``running.pid`` names a live process) is left alone.
+At most ``parallel`` jobs of one folder run at once, counted over every driver. Each job runs one torch thread
+under ``nice``, because the machine has two cores and other work on them.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Job:
+    name: str
+    run_dir: Path
+    start: list[str]  # the command of a new run
+    resume: list[str] | None = None  # the command when the run has checkpoints (None: always start)
+    done_file: str = "summary.json"  # written by the job when it has finished
+
+    def status(self) -> str:
+        """done, running (a live process holds running.pid), partial (checkpoints to resume from) or new."""
+        if (self.run_dir / self.done_file).exists():
+            return "done"
+        if running_pid(self.run_dir) is not None:
+            return "running"
+        checkpoints = self.run_dir / "checkpoints"
+        if self.resume is not None and checkpoints.is_dir() and any(checkpoints.glob("step-*")):
+            return "partial"
+        return "new"
+
+
+def running_pid(run_dir: Path) -> int | None:
+    try:
+        pid = int((run_dir / "running.pid").read_text())
+        os.kill(pid, 0)
+    except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
+        return None
+    return pid
+
+
+def pretrain_command(*flags: str, nice: int = 15) -> list[str]:
+    """`electra_tmr.py pretrain` with one torch thread, no progress bar, at low priority."""
+    return ["nice", "-n", str(nice), sys.executable, str(REPO / "examples" / "electra_tmr.py"), "pretrain",
+            "--threads", "1", "--no-progress", *flags]
+
+
+def _log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+def launch(job: Job, log_dir: Path) -> subprocess.Popen:
+    resume = job.status() == "partial"
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               PYTHONPATH=str(REPO))
+    command = job.resume if resume else job.start
+    log = open(log_dir / f"{job.name}.log", "a")
+    log.write(f"\n$ {' '.join(command)}\n")
+    log.flush()
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    (job.run_dir / "running.pid").write_text(str(process.pid))
+    _log(f"{'resume' if resume else 'start'} {job.name} (pid {process.pid})")
+    return process
+
+
+def run_jobs(jobs: Iterable[Job], log_dir: Path, parallel: int, wait: bool = True) -> list[str]:
+    """Run every job not done or running elsewhere, at most ``parallel`` of ``log_dir``'s jobs at a time.
+
+    With ``wait``, also wait for the jobs other drivers are running, so the caller may rely on every job having
+    ended. Returns the names of the jobs that are done at the end.
+    """
+    jobs = list(jobs)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    mine: dict[str, tuple[Job, subprocess.Popen]] = {}
+
+    def busy() -> int:
+        return sum(running_pid(p.parent) is not None for p in log_dir.rglob("running.pid"))
+
+    def reap() -> None:  # a finished child stays a zombie (and looks alive to os.kill) until it is waited for
+        for name, (job, process) in list(mine.items()):
+            if process.poll() is not None:
+                (job.run_dir / "running.pid").unlink(missing_ok=True)
+                _log(f"{name} exited with {process.returncode}")
+                del mine[name]
+
+    for job in jobs:
+        if job.status() in ("done", "running"):
+            continue
+        while busy() >= parallel:
+            time.sleep(5)
+            reap()
+        mine[job.name] = (job, launch(job, log_dir))
+        time.sleep(2)
+    while mine or (wait and any(job.status() == "running" for job in jobs)):
+        time.sleep(5)
+        reap()
+    return [job.name for job in jobs if job.status() == "done"]

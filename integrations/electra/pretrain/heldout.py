@@ -1,0 +1,197 @@
+"""A fixed test of the discriminator that every run shares: held-out text, corrupted once, scored along training.
+
+Each run's own numbers (the sampled batch's AUC, L_D) are measured on different inputs in different runs: each
+discriminator faces its own generator's replacements, and TMR's replayed rows were trained on before. To
+compare arms on the *same* inputs, `build_heldout_set` corrupts text no run trains on (for example the lines
+after ``--max-lines``) once, with one reference generator and a fixed seed, and saves the result; a run given
+``--heldout FILE`` then scores its discriminator on exactly those tokens every ``--heldout-every`` steps.
+
+The file is a safetensors archive (no pickle) whose metadata records how it was made and a digest of the
+tokenizer, so a run with another vocabulary is refused instead of scoring meaningless ids.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, safe_open, save_file
+
+from ..common import UserError, option
+from .corruption import SpecialIds, corrupt_batch
+from .losses import discriminator_losses
+from .metrics import base_rate_entropy, ranking_auc
+
+HELDOUT_FORMAT = 1
+FIELDS = ("input_ids", "original_ids", "attention_mask", "masked")
+
+
+def tokenizer_digest(tokenizer: Any) -> str:
+    """A short hash of the vocabulary: two tokenizers with the same digest map text to the same ids."""
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()))
+    return hashlib.sha1(vocab.encode()).hexdigest()[:16]
+
+
+@dataclass
+class HeldoutSet:
+    """Corrupted examples (the buffer's format: input_ids, original_ids, attention_mask, masked) + provenance."""
+
+    tensors: dict[str, torch.Tensor]
+    info: dict
+
+    def __len__(self) -> int:
+        return len(self.tensors["input_ids"])
+
+    @property
+    def replaced_share(self) -> float:
+        real = self.tensors["attention_mask"].bool()
+        replaced = self.tensors["input_ids"] != self.tensors["original_ids"]
+        return float((replaced & real).sum()) / float(real.sum())
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(tmp),
+                  metadata={"format": str(HELDOUT_FORMAT), "info": json.dumps(self.info)})
+        tmp.rename(path)  # a held-out file is complete or absent
+
+    @classmethod
+    def load(cls, path: str | Path, tokenizer: Any | None = None, device: torch.device | str = "cpu") -> HeldoutSet:
+        """Read a held-out file; with ``tokenizer``, refuse it unless it was made with that vocabulary."""
+        if not Path(path).is_file():
+            raise UserError(f"--heldout: no such file: {path}")
+        with safe_open(str(path), framework="pt") as archive:
+            metadata = archive.metadata() or {}
+        if metadata.get("format") != str(HELDOUT_FORMAT):
+            raise UserError(f"--heldout: {path} is not a held-out set of format {HELDOUT_FORMAT} "
+                            f"(metadata {metadata.get('format')!r})")
+        info = json.loads(metadata["info"])
+        if tokenizer is not None and info["tokenizer_digest"] != tokenizer_digest(tokenizer):
+            raise UserError(f"--heldout: {path} was made with another tokenizer (digest {info['tokenizer_digest']}, "
+                            f"this run's is {tokenizer_digest(tokenizer)}); build it with this run's corpus, "
+                            "vocabulary and cache")
+        tensors = load_file(str(path))
+        missing = [name for name in FIELDS if name not in tensors]
+        if missing:
+            raise UserError(f"--heldout: {path} lacks {', '.join(missing)}")
+        return cls({name: tensors[name].to(device) for name in FIELDS}, info)
+
+
+@torch.no_grad()
+def build_heldout_set(generator: torch.nn.Module, tokenizer: Any, lines: list[str], max_len: int,
+                      examples: int, mask_prob: float = 0.15, mask_token_prob: float = 0.85, seed: int = 0,
+                      batch_size: int = 64, info: dict | None = None) -> HeldoutSet:
+    """Pack ``lines`` into full ``max_len`` examples (the first ``examples`` of them) and corrupt them with the
+    generator (an `ElectraForMaskedLM`), exactly as pretraining does, under a private RNG seeded with ``seed``."""
+    from ..data import pack_token_stream
+    from ..models import masked_lm_logits
+
+    special = SpecialIds.from_tokenizer(tokenizer)
+    ids, _ = pack_token_stream(tokenizer(lines, add_special_tokens=False)["input_ids"], max_len, special.cls,
+                               special.sep, special.pad, min_tail=max_len)
+    if not ids:
+        raise UserError(f"the held-out text ({len(lines)} lines) is too short for one example of {max_len} tokens")
+    rows = torch.tensor(ids[:examples])
+    was_training = generator.training
+    generator.eval()
+    parts: dict[str, list[torch.Tensor]] = {name: [] for name in FIELDS}
+    try:
+        with torch.random.fork_rng(devices=[]):  # the caller's RNG stream is left as it was
+            torch.manual_seed(seed)
+            for start in range(0, len(rows), batch_size):
+                chunk = rows[start:start + batch_size]
+                raw = {"input_ids": chunk, "attention_mask": (chunk != special.pad).long()}
+                data, _ = corrupt_batch(partial(masked_lm_logits, generator), raw, special, mask_prob,
+                                        mask_token_prob)
+                for name in FIELDS:
+                    parts[name].append(data[name])
+    finally:
+        generator.train(was_training)
+    made = {"tokenizer_digest": tokenizer_digest(tokenizer), "examples": len(rows), "max_len": max_len,
+            "mask_prob": mask_prob, "mask_token_prob": mask_token_prob, "seed": seed, **(info or {})}
+    return HeldoutSet({name: torch.cat(chunks) for name, chunks in parts.items()}, made)
+
+
+@torch.no_grad()
+def evaluate_heldout(discriminator: torch.nn.Module, heldout: HeldoutSet, batch_size: int = 64,
+                     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+                     ) -> dict[str, float]:
+    """The discriminator's ranking AUC (replaced over original tokens) and token-mean L_D on the held-out set.
+
+    Runs in eval mode (no dropout, so no random numbers are drawn: a run's trajectory does not depend on
+    whether or how often it is evaluated) and restores the previous mode.
+    """
+    was_training = discriminator.training
+    discriminator.eval()
+    replaced, original = [], []
+    loss_sum = tokens = 0.0
+    try:
+        for start in range(0, len(heldout), batch_size):
+            data = {name: t[start:start + batch_size] for name, t in heldout.tensors.items()}
+            d = discriminator_losses(discriminator, data, autocast=autocast())
+            real = d.mask.bool()
+            replaced.append(d.logits[d.labels.bool() & real])
+            original.append(d.logits[~d.labels.bool() & real])
+            counts = d.mask.sum(1)
+            loss_sum += float((d.per_example * counts).sum())
+            tokens += float(counts.sum())
+    finally:
+        discriminator.train(was_training)
+    return {"heldout_auc": ranking_auc(torch.cat(replaced), torch.cat(original)),
+            "heldout_loss": loss_sum / tokens, "heldout_base_entropy": base_rate_entropy(heldout.replaced_share)}
+
+
+@dataclass
+class HeldoutConfig:
+    """How a held-out file is made (`electra_tmr.py heldout`): whose generator, which text, how many examples."""
+
+    generator: str = option("", "an exported generator directory with its tokenizer (a run's OUTPUT_DIR/generator)",
+                            "held-out set")
+    output: str = option("heldout.safetensors", "the file to write", "held-out set")
+    corpus: str = option("python-docs", "the corpus, as for pretraining", "held-out set")
+    corpus_config: str | None = option(None, "hub dataset config, as for pretraining", "held-out set")
+    cache_dir: str = option("runs/electra_tmr/cache", "corpus cache, as for pretraining", "held-out set")
+    start_line: int = option(0, "first non-blank corpus line to use: a run's --max-lines, so it never saw the text",
+                             "held-out set")
+    examples: int = option(512, "packed examples to keep (at most)", "held-out set")
+    max_len: int = option(128, "tokens per packed example (the runs' --max-len)", "held-out set")
+    mask_prob: float = option(0.15, "masking rate (the runs' --mask-prob)", "held-out set")
+    mask_token_prob: float = option(0.85, "share of masked positions shown as [MASK] (the runs' --mask-token-prob)",
+                                    "held-out set")
+    seed: int = option(0, "seed of the masking and the generator's samples", "held-out set")
+
+
+def make_heldout(config: HeldoutConfig) -> HeldoutSet:
+    """Build and save the held-out file a `HeldoutConfig` describes (the ``heldout`` command)."""
+    from transformers import ElectraForMaskedLM
+
+    from ..common import load_tokenizer
+    from ..data import corpus_lines, resolve_corpus
+
+    if not Path(config.generator).is_dir():
+        raise UserError(f"--generator: no such directory: {config.generator!r}")
+    checks = [(config.start_line >= 0, f"--start-line must be >= 0, got {config.start_line}"),
+              (config.examples >= 1, f"--examples must be >= 1, got {config.examples}"),
+              (config.max_len >= 8, f"--max-len must be >= 8, got {config.max_len}"),
+              (0 < config.mask_prob < 1, f"--mask-prob must be in (0, 1), got {config.mask_prob}"),
+              (0 <= config.mask_token_prob <= 1, f"--mask-token-prob must be in [0, 1], got {config.mask_token_prob}")]
+    for ok, message in checks:
+        if not ok:
+            raise UserError(message)
+    tokenizer = load_tokenizer(config.generator, need_mask=True)
+    generator = ElectraForMaskedLM.from_pretrained(config.generator)
+    lines = list(corpus_lines(resolve_corpus(config.corpus, config.corpus_config), Path(config.cache_dir),
+                         start=config.start_line)["text"])
+    made = build_heldout_set(generator, tokenizer, lines, config.max_len, config.examples, config.mask_prob,
+                             config.mask_token_prob, config.seed,
+                             info={"generator": str(Path(config.generator).resolve()), "corpus": config.corpus,
+                                   "start_line": config.start_line, "lines": len(lines)})
+    made.save(config.output)
+    return made
