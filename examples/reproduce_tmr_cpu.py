@@ -7,10 +7,14 @@ Every table and figure of results/REPRODUCTION.md comes from this one script, in
    16,600) once with it, seed 0, into ``OUT/heldout.safetensors``.
 2. ``pretrain``: every arm x seed, 5,000 tiny steps, scored on that held-out file every 250 steps; checkpoints
    every 625 steps are all kept (fine-tuning starts from 25/50/100% of the steps).
-3. ``summary``: examples/reproduce_tmr_summary.py writes the tables and plots from whatever runs are done.
+3. ``finetune``: the discriminators at 25, 50 and 100% of every finished run, exported from its checkpoints,
+   fine-tuned on the GLUE tasks available offline (CoLA, SST-2, MRPC, STS-B, RTE): 2,000-example training
+   subsets, full dev sets, fine-tuning seeds 0-2, lr 1e-3 (the tiny model's rate).
+4. ``summary``: examples/reproduce_tmr_summary.py writes the tables and plots from whatever runs are done.
 
     python examples/reproduce_tmr_cpu.py                     # everything not done yet, 2 runs at a time
     python examples/reproduce_tmr_cpu.py --seeds 0 1 2       # a chunk: the first three paired seeds
+    python examples/reproduce_tmr_cpu.py --stages pretrain   # only pretraining (then finetune, later)
     python examples/reproduce_tmr_cpu.py --list              # every job and its status; nothing runs
 
 Stop it at any time (the runs checkpoint every 625 steps and resume exactly); start it again to continue.
@@ -18,6 +22,7 @@ Stop it at any time (the runs checkpoint every 625 steps and resume exactly); st
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +59,23 @@ def arm_jobs(out: Path, arms: list[str], seeds: list[int]) -> list[Job]:
     return [pretrain_job(out, f"{arm}-seed{seed}", arm, seed, *heldout) for seed in seeds for arm in arms]
 
 
+MARKS = (STEPS // 4, STEPS // 2, STEPS)  # fine-tuned checkpoints: 25, 50, 100% of the steps
+GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
+FINETUNE = ("--task", *GLUE_TASKS, "--max-train-examples", "2000", "--seeds", "0", "1", "2", "--lr", "1e-3")
+
+
+def finetune_job(out: Path, run: Job, step: int) -> Job:
+    """Export the run's checkpoint at ``step`` and fine-tune its discriminator on the GLUE tasks."""
+    name = f"{run.name}-at{step}"
+    target = out / "finetune" / name
+    cli = [sys.executable, str(REPO / "examples" / "electra_tmr.py")]
+    export = [*cli, "export", "--checkpoint", str(run.run_dir / "checkpoints" / f"step-{step:08d}"),
+              "--output-dir", str(target / "model")]
+    finetune = ["nice", "-n", "15", *cli, "finetune", "--checkpoint", f"{name}={target / 'model' / 'discriminator'}",
+                *FINETUNE, "--output-dir", str(target), "--threads", "1", "--no-progress"]
+    return Job(name, target, ["sh", "-c", f"{shlex.join(export)} && {shlex.join(finetune)}"], done_file="results.md")
+
+
 def make_heldout_file(out: Path) -> None:
     target = out / "heldout.safetensors"
     if target.exists():
@@ -72,20 +94,28 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (default 2, one thread each)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS + EXTRA_ARMS)
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
+    parser.add_argument("--stages", nargs="+", default=["pretrain", "finetune"], choices=["pretrain", "finetune"],
+                        help="what to run (default both; the summary follows unless --no-summary)")
     parser.add_argument("--list", action="store_true", help="print every job and its status, run nothing")
     parser.add_argument("--no-summary", action="store_true", help="do not write the summary at the end")
     args = parser.parse_args()
     out = Path(args.out)
-    jobs = [reference_job(out), *arm_jobs(out, args.arms, args.seeds)]
+    reference, arms = reference_job(out), arm_jobs(out, args.arms, args.seeds)
     if args.list:
-        for job in jobs:
+        for job in [reference, *arms]:
             print(f"{job.status():8s} {job.name}: {' '.join(job.start[8:])}")
+        for job in arms:
+            print(f"{job.name}: fine-tuning at steps {', '.join(f'{m} ({finetune_job(out, job, m).status()})' for m in MARKS)}")
         return 0
-    if "reference" not in run_jobs(jobs[:1], out, args.parallel):
-        print("the reference run did not finish; see its log", file=sys.stderr)
-        return 1
-    make_heldout_file(out)
-    run_jobs(jobs[1:], out, args.parallel)
+    if "pretrain" in args.stages:
+        if "reference" not in run_jobs([reference], out, args.parallel):
+            print("the reference run did not finish; see its log", file=sys.stderr)
+            return 1
+        make_heldout_file(out)
+        run_jobs(arms, out, args.parallel)
+    if "finetune" in args.stages:
+        run_jobs([finetune_job(out, job, m) for job in arms if job.status() == "done" for m in MARKS], out,
+                 args.parallel)
     if not args.no_summary:
         subprocess.run([sys.executable, str(REPO / "examples" / "reproduce_tmr_summary.py"), str(out)], check=False)
     return 0
