@@ -73,7 +73,7 @@ def launch(job: Job, log_dir: Path) -> subprocess.Popen:
     return process
 
 
-def run_jobs(jobs: Iterable[Job], log_dir: Path, parallel: int, wait: bool = True) -> list[str]:
+def run_jobs(jobs: Iterable[Job], log_dir: Path, parallel: int, wait: bool = True, poll: float = 5.0) -> list[str]:
     """Run every job not done or running elsewhere, at most ``parallel`` of ``log_dir``'s jobs at a time.
 
     With ``wait``, also wait for the jobs other drivers are running, so the caller may rely on every job having
@@ -97,11 +97,10 @@ def run_jobs(jobs: Iterable[Job], log_dir: Path, parallel: int, wait: bool = Tru
         if job.status() in ("done", "running"):
             continue
         while busy() >= parallel:
-            time.sleep(5)
+            time.sleep(poll)
             reap()
         mine[job.name] = (job, launch(job, log_dir))
-        time.sleep(2)
     while mine or (wait and any(job.status() == "running" for job in jobs)):
-        time.sleep(5)
+        time.sleep(poll)
         reap()
     return [job.name for job in jobs if job.status() == "done"]

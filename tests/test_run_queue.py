@@ -1,0 +1,48 @@
+"""The experiment drivers' job queue: finished jobs are skipped, checkpointed ones resumed, the limit holds."""
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from run_queue import Job, run_jobs  # noqa: E402
+
+# A job: log its start and end (wall clock) to events.jsonl, then write its done file.
+SCRIPT = """
+import json, sys, time
+from pathlib import Path
+run, mode, events = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+with open(events, "a") as f: f.write(json.dumps({"run": run.name, "mode": mode, "at": time.time(), "edge": "start"}) + "\\n")
+time.sleep(0.3)
+with open(events, "a") as f: f.write(json.dumps({"run": run.name, "mode": mode, "at": time.time(), "edge": "end"}) + "\\n")
+(run / "summary.json").write_text("{}")
+"""
+
+
+def job(root: Path, name: str, events: Path) -> Job:
+    run = root / name
+    command = [sys.executable, "-c", SCRIPT, str(run), "{mode}", str(events)]
+    start = [part.replace("{mode}", "start") for part in command]
+    return Job(name, run, start, resume=[part.replace("{mode}", "resume") for part in command])
+
+
+def test_done_jobs_are_skipped_partial_ones_resumed_and_at_most_parallel_run(tmp_path):
+    events = tmp_path / "events.jsonl"
+    jobs = [job(tmp_path, name, events) for name in ("a", "b", "c", "d")]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "summary.json").write_text("{}")  # finished earlier
+    (tmp_path / "c" / "checkpoints" / "step-00000001").mkdir(parents=True)  # stopped part-way
+    assert [j.status() for j in jobs] == ["new", "done", "partial", "new"]
+
+    done = run_jobs(jobs, tmp_path, parallel=2, poll=0.05)
+
+    assert done == ["a", "b", "c", "d"]
+    log = [json.loads(line) for line in events.read_text().splitlines()]
+    assert sorted({e["run"] for e in log}) == ["a", "c", "d"]  # b was not run again
+    assert {e["run"]: e["mode"] for e in log} == {"a": "start", "c": "resume", "d": "start"}
+    running, most = 0, 0
+    for event in sorted(log, key=lambda e: (e["at"], e["edge"] == "start")):  # an end before a start at a tie
+        running += 1 if event["edge"] == "start" else -1
+        most = max(most, running)
+    assert most <= 2
+    assert not list(tmp_path.rglob("running.pid"))  # every finished job's marker is removed
+    assert (tmp_path / "a.log").read_text().startswith("\n$ ")  # each job's command heads its log
