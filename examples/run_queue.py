@@ -40,12 +40,17 @@ class Job:
 
 
 def running_pid(run_dir: Path) -> int | None:
+    """The live process named by the run's running.pid, or None (a zombie, whose driver died, counts as dead)."""
     try:
         pid = int((run_dir / "running.pid").read_text())
         os.kill(pid, 0)
     except (FileNotFoundError, ValueError, ProcessLookupError, PermissionError):
         return None
-    return pid
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return pid  # no /proc (not Linux): trust the signal test
+    return None if state == "Z" else pid
 
 
 def pretrain_command(*flags: str, nice: int = 15) -> list[str]:
