@@ -26,6 +26,7 @@ from reproduce_tmr_cpu import ARMS, EXTRA_ARMS, STEPS
 
 REPO = Path(__file__).resolve().parents[1]
 MARKS = (STEPS // 4, STEPS // 2, STEPS)  # 25, 50, 100% of the steps
+THRESHOLD = 0.6  # "has escaped the plateau": held-out AUC this high (the collapsed discriminator sits at 0.5)
 
 
 def load_runs(out: Path) -> dict[str, dict[int, list[dict]]]:
@@ -55,14 +56,33 @@ def window_mean(records: list[dict], key: str, first: int, last: int) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
-def mean_std(values: list[float]) -> str:
+def finite_mean(values: list[float]) -> float:
+    values = [v for v in values if np.isfinite(v)]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def auc_area(records: list[dict]) -> float:
+    """Mean held-out AUC over every scoring step: one number for 'how good, how early'."""
+    return float(np.mean(curve(records, "heldout_auc")[1]))
+
+
+def first_step_over(records: list[dict], threshold: float = THRESHOLD) -> float:
+    """First scoring step whose held-out AUC is at least ``threshold`` (NaN if never)."""
+    steps, values = curve(records, "heldout_auc")
+    over = np.flatnonzero(values >= threshold)
+    return float(steps[over[0]]) if len(over) else float("nan")
+
+
+def mean_std(values: list[float], digits: int = 4) -> str:
     values = [v for v in values if np.isfinite(v)]
     if not values:
         return "–"
-    return f"{np.mean(values):.4f} ± {np.std(values, ddof=1):.4f}" if len(values) > 1 else f"{values[0]:.4f}"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
 
 
-def paired_difference(arm: dict[int, list[dict]], base: dict[int, list[dict]], value) -> str:
+def paired_difference(arm: dict[int, list[dict]], base: dict[int, list[dict]], value, digits: int = 4) -> str:
     """Mean of (arm - base) over the seeds both have, with a percentile-bootstrap 95% CI (n >= 3)."""
     seeds = sorted(set(arm) & set(base))
     diffs = np.array([value(arm[s]) - value(base[s]) for s in seeds])
@@ -70,10 +90,10 @@ def paired_difference(arm: dict[int, list[dict]], base: dict[int, list[dict]], v
     if len(diffs) == 0:
         return "–"
     if len(diffs) < 3:
-        return f"{diffs.mean():+.4f} (n={len(diffs)}, no CI)"
+        return f"{diffs.mean():+.{digits}f} (n={len(diffs)}, no CI)"
     ci = stats.bootstrap((diffs,), np.mean, confidence_level=0.95, method="percentile", n_resamples=10_000,
                          random_state=0).confidence_interval
-    return f"{diffs.mean():+.4f} [{ci.low:+.4f}, {ci.high:+.4f}] (n={len(diffs)})"
+    return f"{diffs.mean():+.{digits}f} [{ci.low:+.{digits}f}, {ci.high:+.{digits}f}] (n={len(diffs)})"
 
 
 def band(runs: dict[int, list[dict]], key: str, gap_key: str | None = None):
@@ -130,21 +150,24 @@ def tables(runs: dict[str, dict[int, list[dict]]], out: Path) -> list[str]:
     marks = ", ".join(f"{m:,}" for m in MARKS)
     lines = [f"## Held-out discriminator scores at steps {marks} (mean ± std over seeds)", "",
              "| arm | seeds | " + " | ".join(f"AUC @ {m:,}" for m in MARKS) + " | "
-             + " | ".join(f"L_D @ {m:,}" for m in MARKS) + " | fresh AUC, last 500 steps |",
-             "|---|---|" + "---|" * (2 * len(MARKS) + 1)]
+             + " | ".join(f"L_D @ {m:,}" for m in MARKS) + f" | mean AUC over training | first step AUC ≥ {THRESHOLD} "
+             "| fresh AUC, last 500 steps |", "|---|---|" + "---|" * (2 * len(MARKS) + 3)]
     for arm, seeds in runs.items():
         cells = [mean_std([at(r, "heldout_auc", m) for r in seeds.values()]) for m in MARKS]
         cells += [mean_std([at(r, "heldout_loss", m) for r in seeds.values()]) for m in MARKS]
+        cells += [mean_std([auc_area(r) for r in seeds.values()]), mean_std([first_step_over(r) for r in seeds.values()], 0)]
         cells.append(mean_std([window_mean(r, "replaced_auc_fresh", STEPS - 499, STEPS) for r in seeds.values()]))
         lines.append(f"| {arm} | {len(seeds)} ({', '.join(map(str, sorted(seeds)))}) | " + " | ".join(cells) + " |")
     lines += ["", "## Paired difference TMR − ELECTRA (same seed), mean [bootstrap 95% CI]", "",
               "| arm | " + " | ".join(f"ΔAUC @ {m:,}" for m in MARKS) + " | "
-              + " | ".join(f"ΔL_D @ {m:,}" for m in MARKS) + " |", "|---|" + "---|" * (2 * len(MARKS))]
+              + " | ".join(f"ΔL_D @ {m:,}" for m in MARKS) + f" | Δ mean AUC over training | Δ first step AUC ≥ "
+              f"{THRESHOLD} |", "|---|" + "---|" * (2 * len(MARKS) + 2)]
     for arm, seeds in runs.items():
         if arm == "electra" or not base:
             continue
         cells = [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_auc", m)) for m in MARKS]
         cells += [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_loss", m)) for m in MARKS]
+        cells += [paired_difference(seeds, base, auc_area), paired_difference(seeds, base, first_step_over, 0)]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += ["", "## Runtime (paper Table 2 analogue), measured in these runs", "",
               "| arm | median s/step | relative to electra | producer s/step (mask + generator) | "
@@ -163,7 +186,7 @@ def tables(runs: dict[str, dict[int, list[dict]]], out: Path) -> list[str]:
               "fresh AUC | age of sampled examples |", "|---|---|---|---|---|---|---|"]
     for arm, seeds in runs.items():
         for first, last in windows:
-            cells = [np.nanmean([window_mean(r, key, first, last) for r in seeds.values()])
+            cells = [finite_mean([window_mean(r, key, first, last) for r in seeds.values()])
                      for key in ("changed_fraction_produced", "replaced_accuracy_fresh",
                                  "replaced_accuracy_replayed", "replaced_auc_fresh", "sample_age_mean")]
             lines.append(f"| {arm} | {first:,}–{last:,} | " + " | ".join(
@@ -191,6 +214,7 @@ def main() -> int:
         header += [f"Held-out set: {heldout.get('examples')} examples of {heldout.get('max_len')} tokens from "
                    f"python-docs lines {heldout.get('start_line'):,} on, corrupted once by the reference generator "
                    f"(replaced share {heldout.get('replaced_share', float('nan')):.4f}).", ""]
+    results.mkdir(parents=True, exist_ok=True)
     (results / "reproduction_tables.md").write_text("\n".join(header + tables(runs, out)) + "\n")
     plot(runs, results / "reproduction_curves.png")
     print(f"wrote {results / 'reproduction_tables.md'} and {results / 'reproduction_curves.png'}")
