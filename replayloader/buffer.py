@@ -24,7 +24,7 @@ from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_a
 from .kernels.rng import seed_state
 from .feedback import as_feedback_array, invalid_value
 from .storage import Storage, to_numpy
-from .strategies import KNOWN_FEEDBACK, Strategy
+from .strategies import KNOWN_FEEDBACK, Strategy, WeightUpdate
 from .sumtree import SumTree
 
 STATE_VERSION = 2
@@ -73,6 +73,13 @@ class BufferReadView:
 
 _EMPTY_F64 = np.empty(0, np.float64)
 _EMPTY_I64 = np.empty(0, np.int64)
+
+
+def _ready_values(feedback: dict[str, Any], k: int) -> bool:
+    """True when the one keyword is a per-example one given exactly as `as_feedback_array` would return it."""
+    (name, value), = feedback.items()
+    return (type(value) is np.ndarray and value.dtype == np.float64 and value.shape == (k,)
+            and value.flags.c_contiguous and name in KNOWN_FEEDBACK and name not in _ARRAY_FEEDBACK)
 
 
 class ReplayBuffer:
@@ -170,12 +177,19 @@ class ReplayBuffer:
         features = self._new_features(batch, n) if init.feature_based else None
         weight, weights = self._initial_weights(n, features)
         n_evicted = max(0, n - (self.capacity - self.size))
-        victims = _EMPTY_I64
-        if n_evicted:
-            victims = np.ascontiguousarray(evict.choose(self.tree, n_evicted), np.int64)
-            if victims.shape != (n_evicted,):
-                raise ValueError(f"eviction {evict.name!r} chose {victims.shape} slots, expected ({n_evicted},)")
-        slots, run_start, bad = place(self.meta, self.size, n, victims, -2 - self.counters["add_calls"])
+        stamp = -2 - self.counters["add_calls"]  # new for every add, never an update's epoch (see `place`)
+        fused = evict.fused_place()
+        if fused is not None:  # the part's rule and the placement in one compiled call
+            step, args = fused
+            slots, run_start, bad = step(self.tree.nodes, self.tree.layout, self.meta, self.size, n, stamp, *args)
+            victims = slots[n - n_evicted:]
+        else:
+            victims = _EMPTY_I64
+            if n_evicted:
+                victims = np.ascontiguousarray(evict.choose(self.tree, n_evicted), np.int64)
+                if victims.shape != (n_evicted,):
+                    raise ValueError(f"eviction {evict.name!r} chose {victims.shape} slots, expected ({n_evicted},)")
+            slots, run_start, bad = place(self.meta, self.size, n, victims, stamp)
         if bad >= 0:
             raise ValueError(f"eviction {evict.name!r} chose slot {victims[bad]}, which is not a distinct "
                              f"stored example (size {self.size})")
@@ -276,40 +290,30 @@ class ReplayBuffer:
                                  f"shape {ids.shape}")
             ids = np.ascontiguousarray(ids, np.int64)
         update = self.strategy.update
-        arrays = {}
-        for name, value in feedback.items():
-            if name in _ARRAY_FEEDBACK:
-                arrays[name] = to_numpy(value, name)
-            elif name in KNOWN_FEEDBACK:
-                arrays[name] = as_feedback_array(name, value, len(ids))
-            else:
-                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
-        values = update.values(arrays)
-        source = update.feedback_key or "feedback"  # what an invalid value is called in the error
-        for name, array in arrays.items():
-            if array is values:
-                source = name
-            elif name not in _ARRAY_FEEDBACK:  # a keyword this update does not read is still checked
-                bad = first_invalid(array)
-                if bad >= 0:
-                    raise invalid_value(name, array, bad)
-        if values is not None and source not in arrays:  # derived by the update, e.g. from logits
-            values = as_feedback_array(source, values, len(ids))
+        values, source = self._feedback_values(update, ids, feedback)
         self._epoch += 1
-        status, bad, slots, slot_values, stale, first = resolve_ids(
-            ids, _EMPTY_F64 if values is None else values, self.meta, self.next_serial, self._epoch,
-            values is not None)
-        if status == BAD_VALUE:
-            raise invalid_value(source, values, bad)
-        if status:
-            raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
-        target, new_weights = _EMPTY_I64, _EMPTY_F64
-        if values is not None and len(slots):
-            changed, new_weights = update.compute(slots, slot_values)
-            target = slots[changed]
-            new_weights = np.ascontiguousarray(new_weights, np.float64)  # observe() gets what the tree got
-            if len(target):
-                self._set_weights(target, new_weights)
+        fused = None if values is None else update.fused_step()
+        if fused is not None:  # the part's rule as one compiled step: resolve ids, compute, write
+            step, args = fused
+            tree = self.tree
+            status, bad, target, new_weights, stale, first = step(
+                tree.nodes, tree.layout, self.meta, self.weights, self.alpha, ids, values, self.next_serial,
+                self._epoch, *args)
+            if status:
+                self._refuse(status, bad, ids, source, values)
+        else:
+            status, bad, slots, slot_values, stale, first = resolve_ids(
+                ids, _EMPTY_F64 if values is None else values, self.meta, self.next_serial, self._epoch,
+                values is not None)
+            if status:
+                self._refuse(status, bad, ids, source, values)
+            target, new_weights = _EMPTY_I64, _EMPTY_F64
+            if values is not None and len(slots):
+                changed, new_weights = update.compute(slots, slot_values)
+                target = slots[changed]
+                new_weights = np.ascontiguousarray(new_weights, np.float64)  # observe() gets what the tree got
+                if len(target):
+                    self._set_weights(target, new_weights)
         init = self.strategy.init
         if len(target):
             init.observe(self.view, target, new_weights)
@@ -321,6 +325,42 @@ class ReplayBuffer:
         counters["first_visits"] += first
         counters["updated"] += len(target)
         return len(target)
+
+    def _feedback_values(self, update: WeightUpdate, ids: np.ndarray,
+                         feedback: Mapping[str, Any]) -> tuple[np.ndarray | None, str]:
+        """Every keyword checked (those the update does not read, fully); the values the update reads (not yet
+        checked for NaN, inf or negatives: `resolve_ids` does that) and the keyword that names them in errors."""
+        k = len(ids)
+        if len(feedback) == 1 and _ready_values(feedback, k):  # the usual call: nothing to convert
+            arrays = feedback
+        else:
+            arrays = {}
+            for name, value in feedback.items():
+                if name in _ARRAY_FEEDBACK:
+                    arrays[name] = to_numpy(value, name)
+                elif name in KNOWN_FEEDBACK:
+                    arrays[name] = as_feedback_array(name, value, k)
+                else:
+                    raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
+        values = update.values(arrays)
+        source = update.feedback_key or "feedback"  # what an invalid value is called in the error
+        for name, array in arrays.items():
+            if array is values:
+                source = name
+            elif name not in _ARRAY_FEEDBACK:  # a keyword this update does not read is still checked
+                bad = first_invalid(array)
+                if bad >= 0:
+                    raise invalid_value(name, array, bad)
+        if values is not None and source not in arrays:  # derived by the update, e.g. from logits
+            values = as_feedback_array(source, values, k)
+        return values, source
+
+    @staticmethod
+    def _refuse(status: int, bad: int, ids: np.ndarray, source: str, values: np.ndarray | None) -> None:
+        """Raise the error for a failed `resolve_ids` status (nothing was written)."""
+        if status == BAD_VALUE:
+            raise invalid_value(source, values, bad)
+        raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
 
     # ------------------------------------------------------------------ introspection
     def stats(self) -> dict[str, float]:

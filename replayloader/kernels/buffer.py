@@ -4,7 +4,8 @@ Why compiled: a step of a prioritized buffer is a few dozen tiny operations (pic
 weights, write the tree, draw uniforms, descend, compute probabilities and importance weights, decode ids, drop
 stale feedback). As separate numpy calls each costs about a microsecond of interpreter overhead, which at the
 paper's scale (N=1000, K=128) is most of the step. These kernels hold no strategy rule: a strategy part's rule
-is its own kernel (in `replayloader.strategies`), which the buffer calls between them.
+is its own kernel (in `replayloader.strategies`), which the buffer calls between them, or which a part's fused
+update step calls between `resolve_ids` and `write_rule_result` (see `WeightUpdate.fused_step`).
 
 Per-slot bookkeeping lives in one int64 row per slot, ``meta[slot] = [serial, added_at, visits, mark]``.
 Kernels return a status code instead of raising; the buffer turns it into an error that names the argument.
@@ -60,10 +61,19 @@ def write_weights(nodes, layout, weights, slots, new_weights, alpha):
 
 
 @njit(cache=True, nogil=True)
+def write_rule_result(nodes, layout, weights, alpha, slots, changed, new_weights):
+    """Write an update rule's answer: the slots flagged in `changed` get `new_weights`, in order. Returns them."""
+    target = slots[changed]
+    write_weights(nodes, layout, weights, target, new_weights, alpha)
+    return target
+
+
+@njit(cache=True, nogil=True)
 def place(meta, size, n, victims, stamp):
     """Slots for n new examples: the free slots in order, then the eviction's victims.
 
-    Returns (slots, start of the run if the slots are consecutive else -1, index of the first bad victim or -1).
+    Returns (slots, start of the run if the slots are consecutive else -1, index j of the first bad victim or -1;
+    a bad victim is still written to its place in `slots`).
     A victim is bad when it lies outside the stored examples or repeats another; repeats are found by stamping
     each victim's scratch mark with `stamp` (negative, new for every call, so never an update's epoch).
     """
@@ -74,10 +84,10 @@ def place(meta, size, n, victims, stamp):
         slots[j] = size + j
     for j in range(victims.shape[0]):
         v = victims[j]
+        slots[n_free + j] = v  # also when bad: the caller names it from here
         if v < 0 or v >= size or meta[v, MARK] == stamp:
             return slots, -1, j
         meta[v, MARK] = stamp
-        slots[n_free + j] = v
     run_start = slots[0]
     for j in range(1, n):
         if slots[j] != slots[j - 1] + 1:
