@@ -184,7 +184,7 @@ def step_floors(n, k):
 
         def kernels(with_data):
             victims = evict.choose(tree, k)
-            slots, _, _ = K.place(n, n, k, victims)
+            slots, _ = K.place(n, n, k, victims)
             if with_data:
                 store[slots] = toks["tokens"]
             evict.commit(tree, victims)

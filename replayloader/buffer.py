@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_add, draw_sample, first_invalid,
-                             place, resolve_ids, write_weights)
+from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_add, draw_sample, first_bad_victim,
+                             first_invalid, place, resolve_ids, write_weights)
 from .kernels.rng import seed_state
 from .feedback import as_feedback_array, invalid_value
 from .storage import Storage, to_numpy
@@ -29,6 +29,7 @@ from .sumtree import SumTree
 
 STATE_VERSION = 2
 _ARRAY_FEEDBACK = ("logits", "targets", "mask")  # per-example arrays of any shape, read by the update itself
+_VALUE_FEEDBACK = frozenset(KNOWN_FEEDBACK) - frozenset(_ARRAY_FEEDBACK)  # one value per example
 
 
 @dataclass
@@ -46,10 +47,11 @@ class Sample:
 class BufferReadView:
     """What strategy parts may read of a buffer (the `strategies.BufferView` protocol), read-only."""
 
-    __slots__ = ("_buffer", "weights", "visits")
+    __slots__ = ("_buffer", "weights", "visits", "mean_weight")
 
     def __init__(self, buffer: "ReplayBuffer") -> None:
         self._buffer = buffer
+        self.mean_weight = buffer.mean_weight  # read on every add by MeanWeight: one call, not two
         self.weights = buffer.weights.view()
         self.weights.flags.writeable = False
         self.visits = buffer.meta[:, VISITS].view()  # strided, like `buffer.visits`
@@ -67,19 +69,9 @@ class BufferReadView:
     def features(self) -> np.ndarray | None:
         return self._buffer.features
 
-    def mean_weight(self) -> float:
-        return self._buffer.mean_weight()
-
 
 _EMPTY_F64 = np.empty(0, np.float64)
 _EMPTY_I64 = np.empty(0, np.int64)
-
-
-def _ready_values(feedback: dict[str, Any], k: int) -> bool:
-    """True when the one keyword is a per-example one given exactly as `as_feedback_array` would return it."""
-    (name, value), = feedback.items()
-    return (type(value) is np.ndarray and value.dtype == np.float64 and value.shape == (k,)
-            and value.flags.c_contiguous and name in KNOWN_FEEDBACK and name not in _ARRAY_FEEDBACK)
 
 
 class ReplayBuffer:
@@ -177,35 +169,38 @@ class ReplayBuffer:
         features = self._new_features(batch, n) if init.feature_based else None
         weight, weights = self._initial_weights(n, features)
         n_evicted = max(0, n - (self.capacity - self.size))
-        stamp = -2 - self.counters["add_calls"]  # new for every add, never an update's epoch (see `place`)
+        tree = self.tree
         fused = evict.fused_place()
         if fused is not None:  # the part's rule and the placement in one compiled call
             step, args = fused
-            slots, run_start, bad = step(self.tree.nodes, self.tree.layout, self.meta, self.size, n, stamp, *args)
-            victims = slots[n - n_evicted:]
+            slots, run_start = step(tree.nodes, tree.layout, self.capacity, self.size, n, *args)
         else:
             victims = _EMPTY_I64
             if n_evicted:
-                victims = np.ascontiguousarray(evict.choose(self.tree, n_evicted), np.int64)
+                victims = np.ascontiguousarray(evict.choose(tree, n_evicted), np.int64)
                 if victims.shape != (n_evicted,):
                     raise ValueError(f"eviction {evict.name!r} chose {victims.shape} slots, expected ({n_evicted},)")
-            slots, run_start, bad = place(self.meta, self.size, n, victims, stamp)
-        if bad >= 0:
-            raise ValueError(f"eviction {evict.name!r} chose slot {victims[bad]}, which is not a distinct "
-                             f"stored example (size {self.size})")
+                stamp = -2 - self.counters["add_calls"]  # new for every add, never an update's epoch
+                bad = first_bad_victim(self.meta, self.size, victims, stamp)
+                if bad >= 0:
+                    raise ValueError(f"eviction {evict.name!r} chose slot {victims[bad]}, which is not a distinct "
+                                     f"stored example (size {self.size})")
+            slots, run_start = place(self.capacity, self.size, n, victims)
         # Everything is validated; the storage write is the last step that can still refuse the batch.
         self.storage.write(slots, batch, run_start)
         # From here on the buffer changes.
-        evict.commit(self.tree, victims)
+        if evict.commits:
+            evict.commit(tree, slots[n - n_evicted:])
         if features is not None:
             if self.features is None:
                 self.features = np.zeros((self.capacity, features.shape[1]))
             self.features[slots] = features
         counters = self.counters
-        tree = self.tree
         ids = commit_add(tree.nodes, tree.layout, self.meta, self.weights, slots, weights, weight, self.alpha,
                          self.next_serial, counters["add_calls"])
-        self.strategy.update.on_add(slots)
+        update = self.strategy.update
+        if update.forgets:
+            update.on_add(slots)
         self.next_serial += n
         self.size += n - n_evicted
         self.last_add_slots = slots
@@ -226,7 +221,9 @@ class ReplayBuffer:
     def _initial_weights(self, n: int, features: np.ndarray | None) -> tuple[float, np.ndarray]:
         """The initializer's answer as (one weight for all, empty) or (unused, one weight each), checked."""
         init = self.strategy.init
-        given = init.initial_weights(self.view, n, features)
+        given = init.constant_weight(self.view) if init.constant else None  # what the base initial_weights asks
+        if given is None:
+            given = init.initial_weights(self.view, n, features)
         if type(given) is float or np.ndim(given) == 0:
             weight = float(given)
             if not 0.0 <= weight < np.inf:
@@ -315,11 +312,12 @@ class ReplayBuffer:
                 if len(target):
                     self._set_weights(target, new_weights)
         init = self.strategy.init
-        if len(target):
+        if init.observes and len(target):
             init.observe(self.view, target, new_weights)
-        refreshed = init.refresh(self.view)
-        if refreshed is not None:
-            self._set_weights(*refreshed)
+        if init.refreshes:
+            refreshed = init.refresh(self.view)
+            if refreshed is not None:
+                self._set_weights(*refreshed)
         counters = self.counters
         counters["stale_feedback"] += stale
         counters["first_visits"] += first
@@ -331,18 +329,29 @@ class ReplayBuffer:
         """Every keyword checked (those the update does not read, fully); the values the update reads (not yet
         checked for NaN, inf or negatives: `resolve_ids` does that) and the keyword that names them in errors."""
         k = len(ids)
-        if len(feedback) == 1 and _ready_values(feedback, k):  # the usual call: nothing to convert
-            arrays = feedback
-        else:
-            arrays = {}
-            for name, value in feedback.items():
-                if name in _ARRAY_FEEDBACK:
-                    arrays[name] = to_numpy(value, name)
-                elif name in KNOWN_FEEDBACK:
-                    arrays[name] = as_feedback_array(name, value, k)
-                else:
-                    raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
-        values = update.values(arrays)
+        if len(feedback) == 1:  # the usual call: one per-example keyword, often already as the kernels want it
+            (name, value), = feedback.items()
+            if (type(value) is np.ndarray and value.dtype == np.float64 and value.shape == (k,)
+                    and value.flags.c_contiguous and name in _VALUE_FEEDBACK):
+                values = update.values(feedback)
+                if values is value:
+                    return values, name
+                return self._derived_values(update, values, feedback, k)
+        arrays = {}
+        for name, value in feedback.items():
+            if name in _ARRAY_FEEDBACK:
+                arrays[name] = to_numpy(value, name)
+            elif name in KNOWN_FEEDBACK:
+                arrays[name] = as_feedback_array(name, value, k)
+            else:
+                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
+        return self._derived_values(update, update.values(arrays), arrays, k)
+
+    @staticmethod
+    def _derived_values(update: WeightUpdate, values: np.ndarray | None, arrays: Mapping[str, np.ndarray],
+                        k: int) -> tuple[np.ndarray | None, str]:
+        """`_feedback_values` once the update has read the checked keywords: the keywords it did not read are
+        checked for bad values, and values it derived (e.g. from logits) are checked for shape."""
         source = update.feedback_key or "feedback"  # what an invalid value is called in the error
         for name, array in arrays.items():
             if array is values:

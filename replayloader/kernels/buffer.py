@@ -69,31 +69,39 @@ def write_rule_result(nodes, layout, weights, alpha, slots, changed, new_weights
 
 
 @njit(cache=True, nogil=True)
-def place(meta, size, n, victims, stamp):
-    """Slots for n new examples: the free slots in order, then the eviction's victims.
+def first_bad_victim(meta, size, victims, stamp):
+    """Index of the first victim that lies outside the stored examples or repeats another, or -1.
 
-    Returns (slots, start of the run if the slots are consecutive else -1, index j of the first bad victim or -1;
-    a bad victim is still written to its place in `slots`).
-    A victim is bad when it lies outside the stored examples or repeats another; repeats are found by stamping
-    each victim's scratch mark with `stamp` (negative, new for every call, so never an update's epoch).
+    Repeats are found by stamping each victim's scratch mark with `stamp` (negative, new for every call, so never
+    an update's epoch).
     """
-    capacity = meta.shape[0]
+    for j in range(victims.shape[0]):
+        v = victims[j]
+        if v < 0 or v >= size or meta[v, MARK] == stamp:
+            return j
+        meta[v, MARK] = stamp
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def place(capacity, size, n, victims):
+    """Slots for n new examples: the free slots in order, then the eviction's victims (checked already, or
+    distinct stored slots by construction, as many as the free slots fall short).
+
+    Returns (slots, start of the run if the slots are consecutive else -1).
+    """
     slots = np.empty(n, np.int64)
     n_free = min(n, capacity - size)
     for j in range(n_free):
         slots[j] = size + j
     for j in range(victims.shape[0]):
-        v = victims[j]
-        slots[n_free + j] = v  # also when bad: the caller names it from here
-        if v < 0 or v >= size or meta[v, MARK] == stamp:
-            return slots, -1, j
-        meta[v, MARK] = stamp
+        slots[n_free + j] = victims[j]
     run_start = slots[0]
     for j in range(1, n):
         if slots[j] != slots[j - 1] + 1:
             run_start = -1
             break
-    return slots, run_start, -1
+    return slots, run_start
 
 
 @njit(cache=True, nogil=True)
@@ -197,7 +205,7 @@ def resolve_ids(ids, values, meta, next_serial, epoch, count_visits):
     has_values = values.shape[0] > 0
     kept = np.empty(k, np.int64)
     kept_values = np.empty(k if has_values else 0, np.float64)
-    n = 0
+    start = k  # kept[start:] holds the kept slots, filled from the end so they come out in id order
     stale = 0
     first = 0
     for j in range(k - 1, -1, -1):  # backwards, so the first occurrence met is the last write
@@ -210,10 +218,8 @@ def resolve_ids(ids, values, meta, next_serial, epoch, count_visits):
                 meta[slot, VISITS] += 1
                 if meta[slot, VISITS] == 1:
                     first += 1
-            kept[n] = slot
+            start -= 1
+            kept[start] = slot
             if has_values:
-                kept_values[n] = values[j]
-            n += 1
-    out_slots = kept[:n][::-1].copy()
-    out_values = kept_values[:n][::-1].copy() if has_values else empty_f
-    return OK, -1, out_slots, out_values, stale, first
+                kept_values[start] = values[j]
+    return OK, -1, kept[start:], kept_values[start:] if has_values else empty_f, stale, first

@@ -16,16 +16,19 @@ from numba import njit
 from ..kernels.buffer import place
 from ..kernels.tree import select_lowest
 from ..sumtree import SumTree
-from .fused import FusedStep, drop_inherited_step
+from .fused import FusedStep, drop_inherited_step, overrides
 
 
 class Eviction:
     name = "eviction"
     uses_min_key = False  # True: the buffer's tree keeps a min index over the weights for this eviction
 
+    commits = False  #: whether `commit` is overridden, set for every subclass: the buffer skips the base's no-op
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         drop_inherited_step(cls, "choose", "fused_place")  # a subclass's own choose is never bypassed
+        cls.commits = overrides(cls, Eviction, "commit")
 
     def choose(self, tree: SumTree, k: int) -> np.ndarray:
         """Return k distinct occupied slots to overwrite (int64); must not change any state."""
@@ -33,11 +36,12 @@ class Eviction:
 
     def fused_place(self) -> FusedStep | None:
         """Optional: ``(step, args)``, `choose` and the buffer's slot placement as one compiled call, or None (the
-        buffer then calls `choose` and places the slots itself, with the same result).
+        buffer then calls `choose`, checks the victims and places the slots itself, with the same result).
 
-        The buffer calls ``step(nodes, layout, meta, size, n, stamp, *args)`` for an add of n examples, which
-        must choose ``max(0, n - (capacity - size))`` victims as `choose` would and return
-        ``kernels.buffer.place(meta, size, n, victims, stamp)``.
+        The buffer calls ``step(nodes, layout, capacity, size, n, *args)`` for an add of n examples, which must
+        choose ``max(0, n - (capacity - size))`` victims as `choose` would and return
+        ``kernels.buffer.place(capacity, size, n, victims)``. The victims are not checked: a step must give
+        distinct stored slots by construction.
         """
         return None
 
@@ -95,21 +99,22 @@ class FIFO(Eviction):
 
 @njit(cache=True, nogil=True)
 def ring_slots(next_slot, capacity, k):
-    """The FIFO rule: the k slots from `next_slot` on, wrapping around at `capacity`."""
+    """The FIFO rule: the k slots from `next_slot` on, wrapping around at `capacity` (k <= capacity)."""
     out = np.empty(k, np.int64)
+    slot = next_slot % capacity
     for j in range(k):
-        out[j] = (next_slot + j) % capacity
+        out[j] = slot
+        slot = slot + 1 if slot + 1 < capacity else 0
     return out
 
 
 @njit(cache=True, nogil=True)
-def place_lowest(nodes, layout, meta, size, n, stamp):
+def place_lowest(nodes, layout, capacity, size, n):
     """`EvictLowest.fused_place`: the lowest-weight victims, placed, in one call."""
-    return place(meta, size, n, select_lowest(nodes, layout, max(0, n - (meta.shape[0] - size))), stamp)
+    return place(capacity, size, n, select_lowest(nodes, layout, max(0, n - (capacity - size))))
 
 
 @njit(cache=True, nogil=True)
-def place_fifo(nodes, layout, meta, size, n, stamp, next_slot):
+def place_fifo(nodes, layout, capacity, size, n, next_slot):
     """`FIFO.fused_place`: the oldest slots as victims, placed, in one call."""
-    capacity = meta.shape[0]
-    return place(meta, size, n, ring_slots(next_slot, capacity, max(0, n - (capacity - size))), stamp)
+    return place(capacity, size, n, ring_slots(next_slot, capacity, max(0, n - (capacity - size))))

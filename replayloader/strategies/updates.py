@@ -20,7 +20,7 @@ from numba import njit
 
 from ..kernels.buffer import resolve_ids, write_rule_result
 from ..storage import to_numpy
-from .fused import FusedStep, drop_inherited_step
+from .fused import FusedStep, drop_inherited_step, overrides
 
 #: Every feedback keyword the buffer understands; others are rejected as typos.
 KNOWN_FEEDBACK = ("loss", "grad_norm", "grad_bound", "weight", "logits", "targets", "mask")
@@ -31,10 +31,12 @@ class WeightUpdate:
 
     name = "update"
     feedback_key: str | None = None
+    forgets = False  #: whether `on_add` is overridden, set for every subclass: the buffer skips the base's no-op
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         drop_inherited_step(cls, "compute", "fused_step")  # a subclass's own compute is never bypassed
+        cls.forgets = overrides(cls, WeightUpdate, "on_add")
 
     def __init__(self, floor: float = 1e-6) -> None:
         if not (np.isfinite(floor) and floor >= 0):
