@@ -189,7 +189,7 @@ def step_floors(n, k):
                 store[slots] = toks["tokens"]
             evict.commit(tree, victims)
             K.commit_add(tree.nodes, tree.layout, buf.meta, buf.weights, slots, no_f, buf.mean_weight(), 1.0,
-                         state["serial"], state["calls"])
+                         state["serial"], state["calls"], no_f)
             state["serial"] += k
             state["calls"] += 1
             sl, sampled_ids, *_ = K.draw_sample(tree.nodes, tree.layout, buf.meta, buf.rng_state, k, True, n, 0.4,

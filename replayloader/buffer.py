@@ -196,10 +196,11 @@ class ReplayBuffer:
                 self.features = np.zeros((self.capacity, features.shape[1]))
             self.features[slots] = features
         counters = self.counters
-        ids = commit_add(tree.nodes, tree.layout, self.meta, self.weights, slots, weights, weight, self.alpha,
-                         self.next_serial, counters["add_calls"])
         update = self.strategy.update
-        if update.forgets:
+        memory = update.fused_on_add()  # the update's on_add done by the kernel, or None
+        ids = commit_add(tree.nodes, tree.layout, self.meta, self.weights, slots, weights, weight, self.alpha,
+                         self.next_serial, counters["add_calls"], _EMPTY_F64 if memory is None else memory)
+        if memory is None and update.forgets:
             update.on_add(slots)
         self.next_serial += n
         self.size += n - n_evicted

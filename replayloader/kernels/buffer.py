@@ -105,9 +105,16 @@ def place(capacity, size, n, victims):
 
 
 @njit(cache=True, nogil=True)
-def commit_add(nodes, layout, meta, weights, slots, new_weights, new_weight, alpha, first_serial, add_call):
-    """Stamp the chosen slots (serial, add call, zero visits) and write their weights (`new_weights`, or
-    `new_weight` for all when that array is empty).
+def forget(memory, slots):
+    """Clear a strategy part's per-slot memory (e.g. a last loss) of refilled slots: NaN, nothing remembered."""
+    for j in range(slots.shape[0]):
+        memory[slots[j]] = np.nan
+
+
+@njit(cache=True, nogil=True)
+def commit_add(nodes, layout, meta, weights, slots, new_weights, new_weight, alpha, first_serial, add_call, memory):
+    """Stamp the chosen slots (serial, add call, zero visits), `forget` them in `memory` (an update's per-slot
+    memory, or empty) and write their weights (`new_weights`, or `new_weight` for all when that array is empty).
 
     Returns the new ids (serial * capacity + slot).
     """
@@ -120,6 +127,8 @@ def commit_add(nodes, layout, meta, weights, slots, new_weights, new_weight, alp
         meta[s, ADDED_AT] = add_call
         meta[s, VISITS] = 0
         ids[j] = (first_serial + j) * capacity + s
+    if memory.shape[0]:
+        forget(memory, slots)
     if new_weights.shape[0] != n:
         new_weights = np.full(n, new_weight)
     write_weights(nodes, layout, weights, slots, new_weights, alpha)

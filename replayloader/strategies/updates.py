@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from ..kernels.buffer import resolve_ids, write_rule_result
+from ..kernels.buffer import forget, resolve_ids, write_rule_result
 from ..storage import to_numpy
 from .fused import FusedStep, drop_inherited_step, overrides
 
@@ -35,7 +35,8 @@ class WeightUpdate:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        drop_inherited_step(cls, "compute", "fused_step")  # a subclass's own compute is never bypassed
+        drop_inherited_step(cls, "compute", "fused_step")  # a subclass's own compute / on_add is never bypassed
+        drop_inherited_step(cls, "on_add", "fused_on_add")
         cls.forgets = overrides(cls, WeightUpdate, "on_add")
 
     def __init__(self, floor: float = 1e-6) -> None:
@@ -54,6 +55,11 @@ class WeightUpdate:
 
     def on_add(self, slots: np.ndarray) -> None:
         """Forget per-slot memory of the examples these slots held before."""
+
+    def fused_on_add(self) -> np.ndarray | None:
+        """Optional: `on_add` as data for the buffer's add kernel, a float64 per-slot array that it clears at the
+        refilled slots (`kernels.buffer.forget`) instead of calling `on_add`; None to have `on_add` called."""
+        return None
 
     def compute(self, slots: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(mask of the slots whose weight changes, their new weights) for distinct slots and their values."""
@@ -152,7 +158,10 @@ class LossDifference(WeightUpdate):
         self.last_loss = np.full(capacity, np.nan)
 
     def on_add(self, slots):
-        self.last_loss[slots] = np.nan
+        forget(self.last_loss, slots)
+
+    def fused_on_add(self):
+        return self.last_loss
 
     def compute(self, slots, values):
         return loss_difference(self.last_loss, slots, values, self.floor, self.mode == "abs")

@@ -133,9 +133,9 @@ def test_an_update_that_transforms_its_feedback_is_not_bypassed():
 
 # ---------------------------------------------------------------- fused steps against the generic path
 def unfused(part):
-    """The same part with its fused step switched off: the buffer then runs the generic path."""
-    hook = "fused_step" if hasattr(part, "fused_step") else "fused_place"
-    cls = type(f"Unfused{type(part).__name__}", (type(part),), {hook: lambda self: None})
+    """The same part with its fused steps switched off: the buffer then runs the generic path."""
+    hooks = [hook for hook in ("fused_step", "fused_on_add", "fused_place") if hasattr(part, hook)]
+    cls = type(f"Unfused{type(part).__name__}", (type(part),), {hook: lambda self: None for hook in hooks})
     twin = copy.deepcopy(part)
     twin.__class__ = cls
     return twin
@@ -159,6 +159,13 @@ def test_built_in_parts_offer_a_fused_step_and_a_part_with_its_own_rule_does_not
             return GradNorm.fused_step(self)
 
     assert OwnStep().fused_step() is not None
+
+    class Forgetful(LossDifference):  # its own on_add is called, not replaced by the add kernel's forgetting
+        def on_add(self, slots):
+            super().on_add(slots)
+
+    assert LossDifference().fused_on_add() is not None and Forgetful().fused_on_add() is None
+    assert Forgetful().fused_step() is not None  # compute is still the parent's
 
 
 def feedback_steps(capacity):
