@@ -72,6 +72,7 @@ class BufferReadView:
 
 _EMPTY_F64 = np.empty(0, np.float64)
 _EMPTY_I64 = np.empty(0, np.int64)
+_INF = float("inf")
 
 
 class ReplayBuffer:
@@ -167,7 +168,11 @@ class ReplayBuffer:
             raise ValueError(f"batch of {n} examples does not fit a buffer of capacity {self.capacity}")
         init, evict = self.strategy.init, self.strategy.evict
         features = self._new_features(batch, n) if init.feature_based else None
-        weight, weights = self._initial_weights(n, features)
+        weight = init.constant_weight(self.view) if init.constant else None  # what the base initial_weights asks
+        if type(weight) is float and 0.0 <= weight < _INF:  # the usual answer: one valid weight for all
+            weights = _EMPTY_F64
+        else:
+            weight, weights = self._initial_weights(n, features, weight)
         n_evicted = max(0, n - (self.capacity - self.size))
         tree = self.tree
         fused = evict.fused_place()
@@ -219,10 +224,10 @@ class ReplayBuffer:
                              f"{self.features.shape[1]}")
         return features
 
-    def _initial_weights(self, n: int, features: np.ndarray | None) -> tuple[float, np.ndarray]:
-        """The initializer's answer as (one weight for all, empty) or (unused, one weight each), checked."""
+    def _initial_weights(self, n: int, features: np.ndarray | None, given: Any) -> tuple[float, np.ndarray]:
+        """The initializer's answer (`given`, or asked now when None) as (one weight for all, empty) or (unused,
+        one weight each), checked."""
         init = self.strategy.init
-        given = init.constant_weight(self.view) if init.constant else None  # what the base initial_weights asks
         if given is None:
             given = init.initial_weights(self.view, n, features)
         if type(given) is float or np.ndim(given) == 0:

@@ -63,7 +63,7 @@ def write_weights(nodes, layout, weights, slots, new_weights, alpha):
 @njit(cache=True, nogil=True)
 def write_rule_result(nodes, layout, weights, alpha, slots, changed, new_weights):
     """Write an update rule's answer: the slots flagged in `changed` get `new_weights`, in order. Returns them."""
-    target = slots[changed]
+    target = slots if new_weights.shape[0] == slots.shape[0] else slots[changed]  # all changed: no copy
     write_weights(nodes, layout, weights, target, new_weights, alpha)
     return target
 
