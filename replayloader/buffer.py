@@ -5,7 +5,9 @@ The buffer joins three parts that never see each other: the `SumTree` (slot indi
 bookkeeping and validates every input before anything changes, so a rejected call leaves it exactly as it was.
 The buffer coordinates and knows no concrete strategy: each call validates, runs the generic bookkeeping in a
 compiled kernel (`kernels.buffer`), and asks the strategy parts for their decisions through their methods
-(whose rules are kernels of their own).
+(whose rules are kernels of their own), or, when a part offers one through its hook (`fused_step`,
+`fused_place`, `fused_on_add`; see `strategies.fused`), runs the part's rule and the bookkeeping as one
+compiled call with the same result.
 
 Ids: every added example gets ``id = serial * capacity + slot`` where ``serial`` counts examples ever added.
 Feedback for an id whose slot has since been refilled is stale: it is ignored and counted, never applied to
