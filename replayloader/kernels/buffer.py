@@ -55,6 +55,9 @@ def write_weights(nodes, layout, weights, slots, new_weights, alpha):
     """Record raw weights and write the tree: priorities w^alpha, eviction keys and raw sums w."""
     for j in range(slots.shape[0]):
         weights[slots[j]] = new_weights[j]
+    if alpha == 1.0 and nodes.itemsize == 8:  # a float64 tree takes the weights as they are: no copies
+        set_leaves(nodes, layout, slots, new_weights, new_weights, new_weights)
+        return
     priorities = _tree_priorities(new_weights, alpha, nodes)
     tree_weights = new_weights.astype(nodes.dtype)
     set_leaves(nodes, layout, slots, priorities, tree_weights, tree_weights)
