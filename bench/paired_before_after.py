@@ -2,13 +2,14 @@
 of the package imported side by side in one process, their steps interleaved, so machine load hits both alike.
 
 Set-up: copy an old checkout's `replayloader/` to DIR/replayloader_before and this one's to DIR/replayloader_after,
-then `PYTHONPATH=DIR python bench/paired_before_after.py VARIANT [x] [N]` (`x`: the old copy also gets ``loss=``
-beside its own keyword, as the pretraining loop sent it before the redesign). Prints median µs of each and the
-median of the per-pair ratios after/before with its interquartile range.
+then `PYTHONPATH=DIR python bench/paired_before_after.py VARIANT [x|-] [N]` (`x`: the old copy also gets ``loss=``
+beside its own keyword, as the pretraining loop sent it before the redesign; `-`: both get their own keyword
+only). Prints median µs of each and the median of the per-pair ratios after/before with its interquartile range.
+`paired_tree_before_after.py` does the same for the `SumTree` operations of `bench_sumtree.py`.
 """
 import sys, time, gc, numpy as np
 import replayloader_before as B, replayloader_after as A
-name, extra = sys.argv[1], len(sys.argv) > 2
+name, extra = sys.argv[1], len(sys.argv) > 2 and sys.argv[2] != "-"
 key = {"loss_diff": "loss", "grad_norm": "grad_norm", "grad_bound": "grad_bound", "loss": "loss", "per": "weight"}[name]
 n, k = int(float(sys.argv[3])) if len(sys.argv) > 3 else 1000, 128
 def make(mod):

@@ -184,12 +184,12 @@ def step_floors(n, k):
 
         def kernels(with_data):
             victims = evict.choose(tree, k)
-            slots, _, _ = K.place(n, n, k, victims)
+            slots, _ = K.place(n, n, k, victims)
             if with_data:
                 store[slots] = toks["tokens"]
             evict.commit(tree, victims)
             K.commit_add(tree.nodes, tree.layout, buf.meta, buf.weights, slots, no_f, buf.mean_weight(), 1.0,
-                         state["serial"], state["calls"])
+                         state["serial"], state["calls"], no_f)
             state["serial"] += k
             state["calls"] += 1
             sl, sampled_ids, *_ = K.draw_sample(tree.nodes, tree.layout, buf.meta, buf.rng_state, k, True, n, 0.4,
@@ -197,7 +197,7 @@ def step_floors(n, k):
             if with_data:
                 store.take(sl, axis=0)
             state["epoch"] += 1
-            slots, values, *_ = K.resolve_ids(sampled_ids, pr, buf.meta, state["serial"], state["epoch"], True)
+            _, _, slots, values, *_ = K.resolve_ids(sampled_ids, pr, buf.meta, state["serial"], state["epoch"], True)
             K.write_weights(tree.nodes, tree.layout, buf.weights, slots, values, 1.0)
 
         reps = 3000 if n * k < 10**8 else 300

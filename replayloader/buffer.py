@@ -5,7 +5,9 @@ The buffer joins three parts that never see each other: the `SumTree` (slot indi
 bookkeeping and validates every input before anything changes, so a rejected call leaves it exactly as it was.
 The buffer coordinates and knows no concrete strategy: each call validates, runs the generic bookkeeping in a
 compiled kernel (`kernels.buffer`), and asks the strategy parts for their decisions through their methods
-(whose rules are kernels of their own).
+(whose rules are kernels of their own), or, when a part offers one through its hook (`fused_step`,
+`fused_place`, `fused_on_add`; see `strategies.fused`), runs the part's rule and the bookkeeping as one
+compiled call with the same result.
 
 Ids: every added example gets ``id = serial * capacity + slot`` where ``serial`` counts examples ever added.
 Feedback for an id whose slot has since been refilled is stale: it is ignored and counted, never applied to
@@ -19,16 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_add, draw_sample, first_invalid,
-                             place, resolve_ids, write_weights)
+from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_add, draw_sample, first_bad_victim,
+                             first_invalid, place, resolve_ids, write_weights)
 from .kernels.rng import seed_state
 from .feedback import as_feedback_array, invalid_value
 from .storage import Storage, to_numpy
-from .strategies import KNOWN_FEEDBACK, Strategy
+from .strategies import KNOWN_FEEDBACK, Strategy, WeightUpdate
 from .sumtree import SumTree
 
 STATE_VERSION = 2
 _ARRAY_FEEDBACK = ("logits", "targets", "mask")  # per-example arrays of any shape, read by the update itself
+_VALUE_FEEDBACK = frozenset(KNOWN_FEEDBACK) - frozenset(_ARRAY_FEEDBACK)  # one value per example
 
 
 @dataclass
@@ -46,10 +49,11 @@ class Sample:
 class BufferReadView:
     """What strategy parts may read of a buffer (the `strategies.BufferView` protocol), read-only."""
 
-    __slots__ = ("_buffer", "weights", "visits")
+    __slots__ = ("_buffer", "weights", "visits", "mean_weight")
 
     def __init__(self, buffer: "ReplayBuffer") -> None:
         self._buffer = buffer
+        self.mean_weight = buffer.mean_weight  # read on every add by MeanWeight: one call, not two
         self.weights = buffer.weights.view()
         self.weights.flags.writeable = False
         self.visits = buffer.meta[:, VISITS].view()  # strided, like `buffer.visits`
@@ -67,12 +71,10 @@ class BufferReadView:
     def features(self) -> np.ndarray | None:
         return self._buffer.features
 
-    def mean_weight(self) -> float:
-        return self._buffer.mean_weight()
-
 
 _EMPTY_F64 = np.empty(0, np.float64)
 _EMPTY_I64 = np.empty(0, np.int64)
+_INF = float("inf")
 
 
 class ReplayBuffer:
@@ -168,30 +170,45 @@ class ReplayBuffer:
             raise ValueError(f"batch of {n} examples does not fit a buffer of capacity {self.capacity}")
         init, evict = self.strategy.init, self.strategy.evict
         features = self._new_features(batch, n) if init.feature_based else None
-        weight, weights = self._initial_weights(n, features)
+        weight = init.constant_weight(self.view) if init.constant else None  # what the base initial_weights asks
+        if type(weight) is float and 0.0 <= weight < _INF:  # the usual answer: one valid weight for all
+            weights = _EMPTY_F64
+        else:
+            weight, weights = self._initial_weights(n, features, weight)
         n_evicted = max(0, n - (self.capacity - self.size))
-        victims = _EMPTY_I64
-        if n_evicted:
-            victims = np.ascontiguousarray(evict.choose(self.tree, n_evicted), np.int64)
-            if victims.shape != (n_evicted,):
-                raise ValueError(f"eviction {evict.name!r} chose {victims.shape} slots, expected ({n_evicted},)")
-        slots, run_start, bad = place(self.meta, self.size, n, victims, -2 - self.counters["add_calls"])
-        if bad >= 0:
-            raise ValueError(f"eviction {evict.name!r} chose slot {victims[bad]}, which is not a distinct "
-                             f"stored example (size {self.size})")
+        tree = self.tree
+        fused = evict.fused_place()
+        if fused is not None:  # the part's rule and the placement in one compiled call
+            step, args = fused
+            slots, run_start = step(tree.nodes, tree.layout, self.capacity, self.size, n, *args)
+        else:
+            victims = _EMPTY_I64
+            if n_evicted:
+                victims = np.ascontiguousarray(evict.choose(tree, n_evicted), np.int64)
+                if victims.shape != (n_evicted,):
+                    raise ValueError(f"eviction {evict.name!r} chose {victims.shape} slots, expected ({n_evicted},)")
+                stamp = -2 - self.counters["add_calls"]  # new for every add, never an update's epoch
+                bad = first_bad_victim(self.meta, self.size, victims, stamp)
+                if bad >= 0:
+                    raise ValueError(f"eviction {evict.name!r} chose slot {victims[bad]}, which is not a distinct "
+                                     f"stored example (size {self.size})")
+            slots, run_start = place(self.capacity, self.size, n, victims)
         # Everything is validated; the storage write is the last step that can still refuse the batch.
         self.storage.write(slots, batch, run_start)
         # From here on the buffer changes.
-        evict.commit(self.tree, victims)
+        if evict.commits:
+            evict.commit(tree, slots[n - n_evicted:])
         if features is not None:
             if self.features is None:
                 self.features = np.zeros((self.capacity, features.shape[1]))
             self.features[slots] = features
         counters = self.counters
-        tree = self.tree
+        update = self.strategy.update
+        memory = update.fused_on_add()  # the update's on_add done by the kernel, or None
         ids = commit_add(tree.nodes, tree.layout, self.meta, self.weights, slots, weights, weight, self.alpha,
-                         self.next_serial, counters["add_calls"])
-        self.strategy.update.on_add(slots)
+                         self.next_serial, counters["add_calls"], _EMPTY_F64 if memory is None else memory)
+        if memory is None and update.forgets:
+            update.on_add(slots)
         self.next_serial += n
         self.size += n - n_evicted
         self.last_add_slots = slots
@@ -209,10 +226,12 @@ class ReplayBuffer:
                              f"{self.features.shape[1]}")
         return features
 
-    def _initial_weights(self, n: int, features: np.ndarray | None) -> tuple[float, np.ndarray]:
-        """The initializer's answer as (one weight for all, empty) or (unused, one weight each), checked."""
+    def _initial_weights(self, n: int, features: np.ndarray | None, given: Any) -> tuple[float, np.ndarray]:
+        """The initializer's answer (`given`, or asked now when None) as (one weight for all, empty) or (unused,
+        one weight each), checked."""
         init = self.strategy.init
-        given = init.initial_weights(self.view, n, features)
+        if given is None:
+            given = init.initial_weights(self.view, n, features)
         if type(given) is float or np.ndim(given) == 0:
             weight = float(given)
             if not 0.0 <= weight < np.inf:
@@ -276,15 +295,71 @@ class ReplayBuffer:
                                  f"shape {ids.shape}")
             ids = np.ascontiguousarray(ids, np.int64)
         update = self.strategy.update
+        values, source = self._feedback_values(update, ids, feedback)
+        self._epoch += 1
+        fused = None if values is None else update.fused_step()
+        if fused is not None:  # the part's rule as one compiled step: resolve ids, compute, write
+            step, args = fused
+            tree = self.tree
+            status, bad, target, new_weights, stale, first = step(
+                tree.nodes, tree.layout, self.meta, self.weights, self.alpha, ids, values, self.next_serial,
+                self._epoch, *args)
+            if status:
+                self._refuse(status, bad, ids, source, values)
+        else:
+            status, bad, slots, slot_values, stale, first = resolve_ids(
+                ids, _EMPTY_F64 if values is None else values, self.meta, self.next_serial, self._epoch,
+                values is not None)
+            if status:
+                self._refuse(status, bad, ids, source, values)
+            target, new_weights = _EMPTY_I64, _EMPTY_F64
+            if values is not None and len(slots):
+                changed, new_weights = update.compute(slots, slot_values)
+                target = slots[changed]
+                new_weights = np.ascontiguousarray(new_weights, np.float64)  # observe() gets what the tree got
+                if len(target):
+                    self._set_weights(target, new_weights)
+        init = self.strategy.init
+        if init.observes and len(target):
+            init.observe(self.view, target, new_weights)
+        if init.refreshes:
+            refreshed = init.refresh(self.view)
+            if refreshed is not None:
+                self._set_weights(*refreshed)
+        counters = self.counters
+        counters["stale_feedback"] += stale
+        counters["first_visits"] += first
+        counters["updated"] += len(target)
+        return len(target)
+
+    def _feedback_values(self, update: WeightUpdate, ids: np.ndarray,
+                         feedback: Mapping[str, Any]) -> tuple[np.ndarray | None, str]:
+        """Every keyword checked (those the update does not read, fully); the values the update reads (not yet
+        checked for NaN, inf or negatives: `resolve_ids` does that) and the keyword that names them in errors."""
+        k = len(ids)
+        if len(feedback) == 1:  # the usual call: one per-example keyword, often already as the kernels want it
+            (name, value), = feedback.items()
+            if (type(value) is np.ndarray and value.dtype == np.float64 and value.shape == (k,)
+                    and value.flags.c_contiguous and name in _VALUE_FEEDBACK):
+                values = update.values(feedback)
+                if values is value:
+                    return values, name
+                return self._derived_values(update, values, feedback, k)
         arrays = {}
         for name, value in feedback.items():
             if name in _ARRAY_FEEDBACK:
                 arrays[name] = to_numpy(value, name)
             elif name in KNOWN_FEEDBACK:
-                arrays[name] = as_feedback_array(name, value, len(ids))
+                arrays[name] = as_feedback_array(name, value, k)
             else:
                 raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
-        values = update.values(arrays)
+        return self._derived_values(update, update.values(arrays), arrays, k)
+
+    @staticmethod
+    def _derived_values(update: WeightUpdate, values: np.ndarray | None, arrays: Mapping[str, np.ndarray],
+                        k: int) -> tuple[np.ndarray | None, str]:
+        """`_feedback_values` once the update has read the checked keywords: the keywords it did not read are
+        checked for bad values, and values it derived (e.g. from logits) are checked for shape."""
         source = update.feedback_key or "feedback"  # what an invalid value is called in the error
         for name, array in arrays.items():
             if array is values:
@@ -294,33 +369,15 @@ class ReplayBuffer:
                 if bad >= 0:
                     raise invalid_value(name, array, bad)
         if values is not None and source not in arrays:  # derived by the update, e.g. from logits
-            values = as_feedback_array(source, values, len(ids))
-        self._epoch += 1
-        status, bad, slots, slot_values, stale, first = resolve_ids(
-            ids, _EMPTY_F64 if values is None else values, self.meta, self.next_serial, self._epoch,
-            values is not None)
+            values = as_feedback_array(source, values, k)
+        return values, source
+
+    @staticmethod
+    def _refuse(status: int, bad: int, ids: np.ndarray, source: str, values: np.ndarray | None) -> None:
+        """Raise the error for a failed `resolve_ids` status (nothing was written)."""
         if status == BAD_VALUE:
             raise invalid_value(source, values, bad)
-        if status:
-            raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
-        target, new_weights = _EMPTY_I64, _EMPTY_F64
-        if values is not None and len(slots):
-            changed, new_weights = update.compute(slots, slot_values)
-            target = slots[changed]
-            new_weights = np.ascontiguousarray(new_weights, np.float64)  # observe() gets what the tree got
-            if len(target):
-                self._set_weights(target, new_weights)
-        init = self.strategy.init
-        if len(target):
-            init.observe(self.view, target, new_weights)
-        refreshed = init.refresh(self.view)
-        if refreshed is not None:
-            self._set_weights(*refreshed)
-        counters = self.counters
-        counters["stale_feedback"] += stale
-        counters["first_visits"] += first
-        counters["updated"] += len(target)
-        return len(target)
+        raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
 
     # ------------------------------------------------------------------ introspection
     def stats(self) -> dict[str, float]:

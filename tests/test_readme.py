@@ -28,3 +28,11 @@ def test_ci_runs_the_readme_test_command():
     command = re.search(r"Run the tests:\s+(.+)", readme).group(1).strip()
     ci = (ROOT / ".ci" / "run").read_text()
     assert command.replace("pip install ", "pip install -q ", 1) in ci
+
+
+def test_custom_strategy_part_example_runs():
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"Optional speed hook:.*?```python\n(.*?)```", text, re.S).group(1)
+    namespace = {}
+    exec(compile(block, "README custom strategy part", "exec"), namespace)  # the block asserts its results
+    assert namespace["HalfLoss"]().fused_step() is None

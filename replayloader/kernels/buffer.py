@@ -4,7 +4,8 @@ Why compiled: a step of a prioritized buffer is a few dozen tiny operations (pic
 weights, write the tree, draw uniforms, descend, compute probabilities and importance weights, decode ids, drop
 stale feedback). As separate numpy calls each costs about a microsecond of interpreter overhead, which at the
 paper's scale (N=1000, K=128) is most of the step. These kernels hold no strategy rule: a strategy part's rule
-is its own kernel (in `replayloader.strategies`), which the buffer calls between them.
+is its own kernel (in `replayloader.strategies`), which the buffer calls between them, or which a part's fused
+update step calls between `resolve_ids` and `write_rule_result` (see `WeightUpdate.fused_step`).
 
 Per-slot bookkeeping lives in one int64 row per slot, ``meta[slot] = [serial, added_at, visits, mark]``.
 Kernels return a status code instead of raising; the buffer turns it into an error that names the argument.
@@ -54,42 +55,69 @@ def write_weights(nodes, layout, weights, slots, new_weights, alpha):
     """Record raw weights and write the tree: priorities w^alpha, eviction keys and raw sums w."""
     for j in range(slots.shape[0]):
         weights[slots[j]] = new_weights[j]
+    if alpha == 1.0 and nodes.itemsize == 8:  # a float64 tree takes the weights as they are: no copies
+        set_leaves(nodes, layout, slots, new_weights, new_weights, new_weights)
+        return
     priorities = _tree_priorities(new_weights, alpha, nodes)
     tree_weights = new_weights.astype(nodes.dtype)
     set_leaves(nodes, layout, slots, priorities, tree_weights, tree_weights)
 
 
 @njit(cache=True, nogil=True)
-def place(meta, size, n, victims, stamp):
-    """Slots for n new examples: the free slots in order, then the eviction's victims.
+def write_rule_result(nodes, layout, weights, alpha, slots, changed, new_weights):
+    """Write an update rule's answer: the slots flagged in `changed` get `new_weights`, in order. Returns them."""
+    target = slots if new_weights.shape[0] == slots.shape[0] else slots[changed]  # all changed: no copy
+    write_weights(nodes, layout, weights, target, new_weights, alpha)
+    return target
 
-    Returns (slots, start of the run if the slots are consecutive else -1, index of the first bad victim or -1).
-    A victim is bad when it lies outside the stored examples or repeats another; repeats are found by stamping
-    each victim's scratch mark with `stamp` (negative, new for every call, so never an update's epoch).
+
+@njit(cache=True, nogil=True)
+def first_bad_victim(meta, size, victims, stamp):
+    """Index of the first victim that lies outside the stored examples or repeats another, or -1.
+
+    Repeats are found by stamping each victim's scratch mark with `stamp` (negative, new for every call, so never
+    an update's epoch).
     """
-    capacity = meta.shape[0]
+    for j in range(victims.shape[0]):
+        v = victims[j]
+        if v < 0 or v >= size or meta[v, MARK] == stamp:
+            return j
+        meta[v, MARK] = stamp
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def place(capacity, size, n, victims):
+    """Slots for n new examples: the free slots in order, then the eviction's victims (checked already, or
+    distinct stored slots by construction, as many as the free slots fall short).
+
+    Returns (slots, start of the run if the slots are consecutive else -1).
+    """
     slots = np.empty(n, np.int64)
     n_free = min(n, capacity - size)
     for j in range(n_free):
         slots[j] = size + j
     for j in range(victims.shape[0]):
-        v = victims[j]
-        if v < 0 or v >= size or meta[v, MARK] == stamp:
-            return slots, -1, j
-        meta[v, MARK] = stamp
-        slots[n_free + j] = v
+        slots[n_free + j] = victims[j]
     run_start = slots[0]
     for j in range(1, n):
         if slots[j] != slots[j - 1] + 1:
             run_start = -1
             break
-    return slots, run_start, -1
+    return slots, run_start
 
 
 @njit(cache=True, nogil=True)
-def commit_add(nodes, layout, meta, weights, slots, new_weights, new_weight, alpha, first_serial, add_call):
-    """Stamp the chosen slots (serial, add call, zero visits) and write their weights (`new_weights`, or
-    `new_weight` for all when that array is empty).
+def forget(memory, slots):
+    """Clear a strategy part's per-slot memory (e.g. a last loss) of refilled slots: NaN, nothing remembered."""
+    for j in range(slots.shape[0]):
+        memory[slots[j]] = np.nan
+
+
+@njit(cache=True, nogil=True)
+def commit_add(nodes, layout, meta, weights, slots, new_weights, new_weight, alpha, first_serial, add_call, memory):
+    """Stamp the chosen slots (serial, add call, zero visits), `forget` them in `memory` (an update's per-slot
+    memory, or empty) and write their weights (`new_weights`, or `new_weight` for all when that array is empty).
 
     Returns the new ids (serial * capacity + slot).
     """
@@ -102,6 +130,8 @@ def commit_add(nodes, layout, meta, weights, slots, new_weights, new_weight, alp
         meta[s, ADDED_AT] = add_call
         meta[s, VISITS] = 0
         ids[j] = (first_serial + j) * capacity + s
+    if memory.shape[0]:
+        forget(memory, slots)
     if new_weights.shape[0] != n:
         new_weights = np.full(n, new_weight)
     write_weights(nodes, layout, weights, slots, new_weights, alpha)
@@ -187,7 +217,7 @@ def resolve_ids(ids, values, meta, next_serial, epoch, count_visits):
     has_values = values.shape[0] > 0
     kept = np.empty(k, np.int64)
     kept_values = np.empty(k if has_values else 0, np.float64)
-    n = 0
+    start = k  # kept[start:] holds the kept slots, filled from the end so they come out in id order
     stale = 0
     first = 0
     for j in range(k - 1, -1, -1):  # backwards, so the first occurrence met is the last write
@@ -200,10 +230,8 @@ def resolve_ids(ids, values, meta, next_serial, epoch, count_visits):
                 meta[slot, VISITS] += 1
                 if meta[slot, VISITS] == 1:
                     first += 1
-            kept[n] = slot
+            start -= 1
+            kept[start] = slot
             if has_values:
-                kept_values[n] = values[j]
-            n += 1
-    out_slots = kept[:n][::-1].copy()
-    out_values = kept_values[:n][::-1].copy() if has_values else empty_f
-    return OK, -1, out_slots, out_values, stale, first
+                kept_values[start] = values[j]
+    return OK, -1, kept[start:], kept_values[start:] if has_values else empty_f, stale, first

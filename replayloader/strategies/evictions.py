@@ -1,25 +1,49 @@
 """Which slots to overwrite when the buffer is full.
 
 `choose` only reads: the buffer may still refuse the add after it (a storage write that fails), so any state
-an eviction keeps moves on in `commit`, once the new examples are in.
+an eviction keeps moves on in `commit`, once the new examples are in. A built-in eviction also offers its rule
+fused with the buffer's slot placement (`fused_place`, see `strategies.fused`); a subclass that overrides
+`choose` loses the inherited one.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+from numba import njit
 
+from ..kernels.buffer import place
 from ..kernels.tree import select_lowest
 from ..sumtree import SumTree
+from .fused import FusedStep, drop_inherited_step, overrides
 
 
 class Eviction:
     name = "eviction"
     uses_min_key = False  # True: the buffer's tree keeps a min index over the weights for this eviction
 
+    commits = False  #: whether `commit` is overridden, set for every subclass: the buffer skips the base's no-op
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        drop_inherited_step(cls, "choose", "fused_place")  # a subclass's own choose is never bypassed
+        cls.commits = overrides(cls, Eviction, "commit")
+
     def choose(self, tree: SumTree, k: int) -> np.ndarray:
         """Return k distinct occupied slots to overwrite (int64); must not change any state."""
         raise NotImplementedError
+
+    def fused_place(self) -> FusedStep | None:
+        """Optional: ``(step, args)``, `choose` and the buffer's slot placement as one compiled call, or None (the
+        buffer then calls `choose`, checks the victims and places the slots itself, with the same result).
+
+        The buffer calls ``step(nodes, layout, capacity, size, n, *args)`` for an add of n examples, which must
+        choose ``max(0, n - (capacity - size))`` victims as `choose` would and return
+        ``kernels.buffer.place(capacity, size, n, victims)``. The victims are not checked: a step must give
+        distinct stored slots by construction.
+        """
+        return None
 
     def commit(self, tree: SumTree, slots: np.ndarray) -> None:
         """The buffer overwrote `slots` (the ones `choose` gave)."""
@@ -45,6 +69,9 @@ class EvictLowest(Eviction):
     def choose(self, tree, k):
         return select_lowest(tree.nodes, tree.layout, k)
 
+    def fused_place(self):
+        return place_lowest, ()
+
 
 class FIFO(Eviction):
     """Overwrite the oldest examples (a ring over the slots, which fill in order)."""
@@ -55,7 +82,10 @@ class FIFO(Eviction):
         self.next_slot = 0
 
     def choose(self, tree, k):
-        return (self.next_slot + np.arange(k, dtype=np.int64)) % tree.capacity
+        return ring_slots(self.next_slot, tree.capacity, k)
+
+    def fused_place(self):
+        return place_fifo, (self.next_slot,)
 
     def commit(self, tree, slots):
         self.next_slot = int((self.next_slot + len(slots)) % tree.capacity)
@@ -65,3 +95,26 @@ class FIFO(Eviction):
 
     def load_state_dict(self, state):
         self.next_slot = int(state["next_slot"])
+
+
+@njit(cache=True, nogil=True)
+def ring_slots(next_slot, capacity, k):
+    """The FIFO rule: the k slots from `next_slot` on, wrapping around at `capacity` (k <= capacity)."""
+    out = np.empty(k, np.int64)
+    slot = next_slot % capacity
+    for j in range(k):
+        out[j] = slot
+        slot = slot + 1 if slot + 1 < capacity else 0
+    return out
+
+
+@njit(cache=True, nogil=True)
+def place_lowest(nodes, layout, capacity, size, n):
+    """`EvictLowest.fused_place`: the lowest-weight victims, placed, in one call."""
+    return place(capacity, size, n, select_lowest(nodes, layout, max(0, n - (capacity - size))))
+
+
+@njit(cache=True, nogil=True)
+def place_fifo(nodes, layout, capacity, size, n, next_slot):
+    """`FIFO.fused_place`: the oldest slots as victims, placed, in one call."""
+    return place(capacity, size, n, ring_slots(next_slot, capacity, max(0, n - (capacity - size))))

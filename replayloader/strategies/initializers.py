@@ -2,7 +2,8 @@
 
 An initializer sees the buffer through a small read-only view (`BufferView`) and, when it is feature based,
 the feature rows of the new examples. Feature-based initializers also learn from feedback (`observe`). The
-buffer calls every hook (`initial_weights`, `observe`, `refresh`) on every strategy; the defaults do nothing.
+buffer calls `initial_weights` on every add, and `observe` / `refresh` after feedback when a class overrides them
+(the flags `observes` / `refreshes`, derived for every subclass); the defaults do nothing.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..storage import to_numpy
+from .fused import overrides
 
 Featurizer = Callable[[Mapping[str, Any]], np.ndarray]
 
@@ -50,6 +52,17 @@ class Initializer:
 
     name = "initializer"
     feature_based = False
+    #: Set for every subclass: `observes` / `refreshes` whether those hooks are overridden (callers skip the base's
+    #: no-ops); `constant` whether `initial_weights` is the base's (callers may ask `constant_weight` directly).
+    observes = False
+    refreshes = False
+    constant = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.observes = overrides(cls, Initializer, "observe")
+        cls.refreshes = overrides(cls, Initializer, "refresh")
+        cls.constant = not overrides(cls, Initializer, "initial_weights")
 
     def initial_weights(self, view: BufferView, n: int, features: np.ndarray | None) -> np.ndarray | float:
         """Weights of n new examples: an array of n, or one number that every new example gets (the buffer then

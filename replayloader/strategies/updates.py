@@ -2,26 +2,42 @@
 
 Each update names the feedback keyword it consumes (``feedback_key``). ``compute`` returns a boolean mask of
 the slots whose weight changes and their new weights; every new weight is at least ``floor`` so feedback never
-makes an example unreachable (a weight of exactly 0 can still be set on purpose with `SetWeight`). A rule that
-needs a loop is one Numba kernel beside its class, and `compute` is that kernel: the buffer only ever calls
-`compute`, so a user's own update written in numpy runs the same way.
+makes an example unreachable (a weight of exactly 0 can still be set on purpose with `SetWeight`). Each rule is
+one Numba kernel beside its class, and `compute` is that kernel, so a user's own update written in numpy runs
+the same way through `compute`.
+
+Optional fast path (`fused_step`, see `strategies.fused`): a built-in update also offers its rule as one
+compiled update step that resolves the ids, applies the rule and writes the weights in a single call. A
+subclass that overrides `compute` loses the inherited step, so the buffer never bypasses a rule it was given.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from numba import njit
 
+from ..kernels.buffer import forget, resolve_ids, write_rule_result
 from ..storage import to_numpy
+from .fused import FusedStep, drop_inherited_step, overrides
 
 #: Every feedback keyword the buffer understands; others are rejected as typos.
 KNOWN_FEEDBACK = ("loss", "grad_norm", "grad_bound", "weight", "logits", "targets", "mask")
 
 
 class WeightUpdate:
+    """Base and generic value rule: the new weight is the feedback value, at least ``floor``."""
+
     name = "update"
     feedback_key: str | None = None
+    forgets = False  #: whether `on_add` is overridden, set for every subclass: the buffer skips the base's no-op
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        drop_inherited_step(cls, "compute", "fused_step")  # a subclass's own compute / on_add is never bypassed
+        drop_inherited_step(cls, "on_add", "fused_on_add")
+        cls.forgets = overrides(cls, WeightUpdate, "on_add")
 
     def __init__(self, floor: float = 1e-6) -> None:
         if not (np.isfinite(floor) and floor >= 0):
@@ -40,8 +56,25 @@ class WeightUpdate:
     def on_add(self, slots: np.ndarray) -> None:
         """Forget per-slot memory of the examples these slots held before."""
 
+    def fused_on_add(self) -> np.ndarray | None:
+        """Optional: `on_add` as data for the buffer's add kernel, a float64 per-slot array that it clears at the
+        refilled slots (`kernels.buffer.forget`) instead of calling `on_add`; None to have `on_add` called."""
+        return None
+
     def compute(self, slots: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return np.ones(len(slots), bool), np.maximum(values, self.floor)
+        """(mask of the slots whose weight changes, their new weights) for distinct slots and their values."""
+        return floored_values(values, self.floor)
+
+    def fused_step(self) -> FusedStep | None:
+        """Optional: ``(step, args)``, this part's `compute` as one compiled update step, or None (the buffer then
+        calls `values` → `compute` between its own kernels, with the same result).
+
+        The buffer calls ``step(nodes, layout, meta, weights, alpha, ids, values, next_serial, epoch, *args)``,
+        which must return what `kernels.buffer.resolve_ids` returns, but with the slots and new weights of the
+        changed examples in place of the resolved slots and values, and must have written those weights
+        (`write_rule_result`).
+        """
+        return floored_step, (self.floor,)
 
     def state_dict(self) -> dict:
         return {}
@@ -125,10 +158,16 @@ class LossDifference(WeightUpdate):
         self.last_loss = np.full(capacity, np.nan)
 
     def on_add(self, slots):
-        self.last_loss[slots] = np.nan
+        forget(self.last_loss, slots)
+
+    def fused_on_add(self):
+        return self.last_loss
 
     def compute(self, slots, values):
         return loss_difference(self.last_loss, slots, values, self.floor, self.mode == "abs")
+
+    def fused_step(self):
+        return loss_difference_step, (self.last_loss, self.floor, self.mode == "abs")
 
     def state_dict(self):
         return {"last_loss": self.last_loss.copy(), "mode": self.mode}
@@ -161,6 +200,36 @@ def loss_difference(last_loss, slots, losses, floor, absolute):
             weights[m] = change if change > floor else floor
             m += 1
     return seen, weights[:m]
+
+
+@njit(cache=True, nogil=True)
+def floored_values(values, floor):
+    """The value rule: every slot changes, to max(value, floor). Returns (mask of all True, new weights)."""
+    n = values.shape[0]
+    weights = np.empty(n, np.float64)
+    for j in range(n):
+        v = values[j]
+        weights[j] = v if v > floor else floor  # as np.maximum(values, floor) for the values the buffer accepts
+    return np.ones(n, np.bool_), weights
+
+
+@njit(cache=True, nogil=True)
+def floored_step(nodes, layout, meta, weights, alpha, ids, values, next_serial, epoch, floor):
+    """`WeightUpdate.fused_step`: resolve the ids, apply `floored_values`, write the weights, in one call."""
+    status, bad, slots, slot_values, stale, first = resolve_ids(ids, values, meta, next_serial, epoch, True)
+    changed, new_weights = floored_values(slot_values, floor)
+    target = write_rule_result(nodes, layout, weights, alpha, slots, changed, new_weights)
+    return status, bad, target, new_weights, stale, first
+
+
+@njit(cache=True, nogil=True)
+def loss_difference_step(nodes, layout, meta, weights, alpha, ids, values, next_serial, epoch, last_loss, floor,
+                         absolute):
+    """`LossDifference.fused_step`: resolve the ids, apply `loss_difference`, write the weights, in one call."""
+    status, bad, slots, slot_values, stale, first = resolve_ids(ids, values, meta, next_serial, epoch, True)
+    changed, new_weights = loss_difference(last_loss, slots, slot_values, floor, absolute)
+    target = write_rule_result(nodes, layout, weights, alpha, slots, changed, new_weights)
+    return status, bad, target, new_weights, stale, first
 
 
 def grad_bound_sigmoid(logits, targets, mask=None) -> np.ndarray:
