@@ -131,6 +131,14 @@ def make_buffer(n, rng):
     return buf
 
 
+def filled_buffer(n, k):
+    """A full buffer of N, 8 batches of K x 128 tokens to add and 64 priority vectors to feed back."""
+    rng = np.random.default_rng(0)
+    buf = make_buffer(n, rng)
+    toks = [{"tokens": rng.integers(0, 30522, (k, 128), dtype=np.int64)} for _ in range(8)]
+    return buf, toks, [rng.uniform(0.01, 1, k) for _ in range(64)]
+
+
 def buffer_times(grid):
     print("## ReplayBuffer (mean init, SetWeight, evict lowest, beta=0.4): parts of one step (median µs)\n")
     print("| N | K | add | sample | update | whole step |")
@@ -138,10 +146,7 @@ def buffer_times(grid):
     for n, k in grid:
         if k > n:
             continue
-        rng = np.random.default_rng(0)
-        buf = make_buffer(n, rng)
-        toks = [{"tokens": rng.integers(0, 30522, (k, 128), dtype=np.int64)} for _ in range(8)]
-        pr = [rng.uniform(0.01, 1, k) for _ in range(64)]
+        buf, toks, pr = filled_buffer(n, k)
         it = iter(range(10**9))
         reps = 2000 if n * k < 10**8 else 300
         a = median_us(lambda: buf.add(toks[next(it) % 8]), reps=reps)
@@ -238,10 +243,7 @@ def line_profiles(grid, reps):
     for n, k in grid:
         if k > n:
             continue
-        rng = np.random.default_rng(0)
-        buf = make_buffer(n, rng)
-        toks = [{"tokens": rng.integers(0, 30522, (k, 128), dtype=np.int64)} for _ in range(8)]
-        pr = [rng.uniform(0.01, 1, k) for _ in range(64)]
+        buf, toks, pr = filled_buffer(n, k)
         lp = LineProfiler()
         funcs = (_functions_of(B.ReplayBuffer, ["add", "sample", "update", "_update_in_kernel", "_after_update",
                                                  "_set_weights", "mean_weight"])
