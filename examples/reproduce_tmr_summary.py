@@ -22,9 +22,11 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from reproduce_tmr_cpu import ARMS, EXTRA_ARMS, STEPS
+from reproduce_tmr_cpu import ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from integrations.electra.finetune.metrics import MAIN_METRIC  # noqa: E402
 MARKS = (STEPS // 4, STEPS // 2, STEPS)  # 25, 50, 100% of the steps
 THRESHOLD = 0.6  # "has escaped the plateau": held-out AUC this high (the collapsed discriminator sits at 0.5)
 
@@ -82,8 +84,9 @@ def mean_std(values: list[float], digits: int = 4) -> str:
     return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
 
 
-def paired_difference(arm: dict[int, list[dict]], base: dict[int, list[dict]], value, digits: int = 4) -> str:
-    """Mean of (arm - base) over the seeds both have, with a percentile-bootstrap 95% CI (n >= 3)."""
+def paired_difference(arm: dict, base: dict, value, digits: int = 4) -> str:
+    """Mean of value(arm[seed]) - value(base[seed]) over the seeds both have, with a percentile-bootstrap 95% CI
+    (n >= 3)."""
     seeds = sorted(set(arm) & set(base))
     diffs = np.array([value(arm[s]) - value(base[s]) for s in seeds])
     diffs = diffs[np.isfinite(diffs)]
@@ -194,6 +197,53 @@ def tables(runs: dict[str, dict[int, list[dict]]], out: Path) -> list[str]:
     return lines
 
 
+def load_finetuning(out: Path) -> dict[tuple[str, int], dict[int, dict[str, float]]]:
+    """(arm, step) -> pretraining seed -> task -> main GLUE metric x 100, averaged over fine-tuning seeds, for
+    every finished fine-tuning job (OUT/finetune/ARM-seedS-atSTEP/results_runs.jsonl)."""
+    scores: dict[tuple[str, int], dict[int, dict[str, float]]] = {}
+    for job in sorted((out / "finetune").glob("*-seed*-at*")):
+        if not (job / "results.md").exists():
+            continue
+        run, step = job.name.rsplit("-at", 1)
+        arm, seed = run.rsplit("-seed", 1)
+        with open(job / "results_runs.jsonl") as lines:
+            rows = [json.loads(line) for line in lines]
+        scores.setdefault((arm, int(step)), {})[int(seed)] = {
+            task: 100 * float(np.mean([r[MAIN_METRIC[task]] for r in rows if r["task"] == task]))
+            for task in GLUE_TASKS if any(r["task"] == task for r in rows)}
+    return scores
+
+
+def finetune_tables(scores: dict[tuple[str, int], dict[int, dict[str, float]]]) -> list[str]:
+    """Table-1 layout (rows: arm at a step; cells: mean ± std over pretraining seeds) and the paired TMR − ELECTRA
+    difference of the 5-task average."""
+    if not scores:
+        return ["", "## GLUE dev (fine-tuning)", "", "No fine-tuning job has finished yet."]
+    names = {"cola": "CoLA MCC", "sst2": "SST-2 acc", "mrpc": "MRPC acc", "stsb": "STS-B Spearman", "rte": "RTE acc"}
+    lines = ["", "## GLUE dev, × 100 (mean ± std over pretraining seeds; each seed's score is the mean of "
+             "fine-tuning seeds 0-2)", "",
+             "| arm | step | seeds | " + " | ".join(names[t] for t in GLUE_TASKS) + " | 5-task avg |",
+             "|---|---|---|" + "---|" * (len(GLUE_TASKS) + 1)]
+
+    def average(per_task: dict[str, float]) -> float:
+        return float(np.mean([per_task[t] for t in GLUE_TASKS])) if all(t in per_task for t in GLUE_TASKS) \
+            else float("nan")
+
+    for (arm, step), seeds in sorted(scores.items(), key=lambda item: ((*ARMS, *EXTRA_ARMS).index(item[0][0]),
+                                                                         item[0][1])):
+        cells = [mean_std([seeds[s].get(t, float("nan")) for s in seeds], 1) for t in GLUE_TASKS]
+        cells.append(mean_std([average(seeds[s]) for s in seeds], 1))
+        lines.append(f"| {arm} | {step:,} | {len(seeds)} | " + " | ".join(cells) + " |")
+    lines += ["", "Paired difference of the 5-task average, TMR − ELECTRA (same pretraining seed), mean "
+              "[bootstrap 95% CI]:", "", "| arm | step | Δ 5-task avg |", "|---|---|---|"]
+    for (arm, step), seeds in sorted(scores.items()):
+        base = scores.get(("electra", step))
+        if arm == "electra" or not base:
+            continue
+        lines.append(f"| {arm} | {step:,} | " + paired_difference(seeds, base, average, 2) + " |")
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", nargs="?", default=str(REPO / "runs" / "reproduce_tmr"))
@@ -215,7 +265,8 @@ def main() -> int:
                    f"python-docs lines {heldout.get('start_line'):,} on, corrupted once by the reference generator "
                    f"(replaced share {heldout.get('replaced_share', float('nan')):.4f}).", ""]
     results.mkdir(parents=True, exist_ok=True)
-    (results / "reproduction_tables.md").write_text("\n".join(header + tables(runs, out)) + "\n")
+    body = tables(runs, out) + finetune_tables(load_finetuning(out))
+    (results / "reproduction_tables.md").write_text("\n".join(header + body) + "\n")
     plot(runs, results / "reproduction_curves.png")
     print(f"wrote {results / 'reproduction_tables.md'} and {results / 'reproduction_curves.png'}")
     return 0
