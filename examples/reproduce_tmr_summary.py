@@ -172,6 +172,15 @@ def tables(runs: dict[str, dict[int, list[dict]]], out: Path) -> list[str]:
         cells += [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_loss", m)) for m in MARKS]
         cells += [paired_difference(seeds, base, auc_area), paired_difference(seeds, base, first_step_over, 0)]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += ["", "## Per seed: held-out AUC at each mark, mean held-out AUC over training, first step at AUC ≥ "
+              f"{THRESHOLD}", "", "| seed | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
+    for seed in sorted({s for seeds in runs.values() for s in seeds}):
+        cells = []
+        for seeds in runs.values():
+            r = seeds.get(seed)
+            cells.append("–" if r is None else " / ".join(f"{at(r, 'heldout_auc', m):.3f}" for m in MARKS)
+                         + f"; {auc_area(r):.3f}; {first_step_over(r):.0f}")
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     lines += ["", "## Runtime (paper Table 2 analogue), measured in these runs", "",
               "| arm | median s/step | relative to electra | producer s/step (mask + generator) | "
               "wall minutes for the steps at the median |", "|---|---|---|---|---|"]
