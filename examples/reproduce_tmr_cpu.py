@@ -31,6 +31,9 @@ from run_queue import REPO, Job, pretrain_command, run_jobs
 
 ARMS = ("electra", "tmr-loss_diff", "tmr-grad_norm", "tmr-grad_bound")
 EXTRA_ARMS = ("tmr-lsr", "tmr-linucb")  # the paper's Fig. 4 initializers, when the budget allows
+# Ablations: arm name -> (variant, extra flags). Uniform replay keeps TMR's buffer, eviction and weight updates
+# but samples it uniformly (alpha 0): is what helps the replay itself, or the learned importance?
+ABLATIONS = {"tmr-loss_diff-uniform": ("tmr-loss_diff", ("--alpha", "0"))}
 SEEDS = (0, 1, 2, 3, 4)
 STEPS = 5000
 TRAIN_LINES = 16_600  # of python-docs' 18,479 non-blank lines (Python 3.11); the rest is the held-out text
@@ -56,7 +59,12 @@ def reference_job(out: Path) -> Job:
 def arm_jobs(out: Path, arms: list[str], seeds: list[int]) -> list[Job]:
     """Seed by seed, so that the paired sets complete in order."""
     heldout = ("--heldout", str(out / "heldout.safetensors"), "--heldout-every", str(HELDOUT_EVERY))
-    return [pretrain_job(out, f"{arm}-seed{seed}", arm, seed, *heldout) for seed in seeds for arm in arms]
+    jobs = []
+    for seed in seeds:
+        for arm in arms:
+            variant, extra = ABLATIONS.get(arm, (arm, ()))
+            jobs.append(pretrain_job(out, f"{arm}-seed{seed}", variant, seed, *heldout, *extra))
+    return jobs
 
 
 MARKS = (STEPS // 4, STEPS // 2, STEPS)  # fine-tuned checkpoints: 25, 50, 100% of the steps
@@ -92,7 +100,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(REPO / "runs" / "reproduce_tmr"))
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (default 2, one thread each)")
-    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS + EXTRA_ARMS)
+    parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=[*ARMS, *EXTRA_ARMS, *ABLATIONS])
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     parser.add_argument("--stages", nargs="+", default=["pretrain", "finetune"], choices=["pretrain", "finetune"],
                         help="what to run (default both; the summary follows unless --no-summary)")

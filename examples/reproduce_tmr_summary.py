@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from reproduce_tmr_cpu import ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS
+from reproduce_tmr_cpu import ABLATIONS, ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -238,7 +238,7 @@ def finetune_tables(scores: dict[tuple[str, int], dict[int, dict[str, float]]]) 
         return float(np.mean([per_task[t] for t in GLUE_TASKS])) if all(t in per_task for t in GLUE_TASKS) \
             else float("nan")
 
-    for (arm, step), seeds in sorted(scores.items(), key=lambda item: ((*ARMS, *EXTRA_ARMS).index(item[0][0]),
+    for (arm, step), seeds in sorted(scores.items(), key=lambda item: ((*ARMS, *EXTRA_ARMS, *ABLATIONS).index(item[0][0]),
                                                                          item[0][1])):
         cells = [mean_std([seeds[s].get(t, float("nan")) for s in seeds], 1) for t in GLUE_TASKS]
         cells.append(mean_std([average(seeds[s]) for s in seeds], 1))
@@ -260,7 +260,7 @@ def main() -> int:
     args = parser.parse_args()
     out, results = Path(args.out), Path(args.results)
     loaded = load_runs(out)
-    runs = {arm: loaded[arm] for arm in (*ARMS, *EXTRA_ARMS) if arm in loaded}
+    runs = {arm: loaded[arm] for arm in (*ARMS, *EXTRA_ARMS, *ABLATIONS) if arm in loaded}
     if not runs:
         print(f"no finished runs under {out / 'pretrain'}", file=sys.stderr)
         return 1
