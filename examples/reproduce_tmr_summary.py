@@ -86,7 +86,7 @@ def mean_std(values: list[float], digits: int = 4) -> str:
 
 def paired_difference(arm: dict, base: dict, value, digits: int = 4) -> str:
     """Mean of value(arm[seed]) - value(base[seed]) over the seeds both have, with a percentile-bootstrap 95% CI
-    (n >= 3)."""
+    and the paired t-test's two-sided p (n >= 3)."""
     seeds = sorted(set(arm) & set(base))
     diffs = np.array([value(arm[s]) - value(base[s]) for s in seeds])
     diffs = diffs[np.isfinite(diffs)]
@@ -96,7 +96,8 @@ def paired_difference(arm: dict, base: dict, value, digits: int = 4) -> str:
         return f"{diffs.mean():+.{digits}f} (n={len(diffs)}, no CI)"
     ci = stats.bootstrap((diffs,), np.mean, confidence_level=0.95, method="percentile", n_resamples=10_000,
                          random_state=0).confidence_interval
-    return f"{diffs.mean():+.{digits}f} [{ci.low:+.{digits}f}, {ci.high:+.{digits}f}] (n={len(diffs)})"
+    p = stats.ttest_1samp(diffs, 0.0).pvalue  # the paired t-test: differences against 0
+    return f"{diffs.mean():+.{digits}f} [{ci.low:+.{digits}f}, {ci.high:+.{digits}f}] (n={len(diffs)}, p={p:.2g})"
 
 
 def band(runs: dict[int, list[dict]], key: str, gap_key: str | None = None):
@@ -148,7 +149,7 @@ def plot(runs: dict[str, dict[int, list[dict]]], path: Path) -> None:
     plt.close(fig)
 
 
-def tables(runs: dict[str, dict[int, list[dict]]], out: Path) -> list[str]:
+def tables(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
     base = runs.get("electra", {})
     marks = ", ".join(f"{m:,}" for m in MARKS)
     lines = [f"## Held-out discriminator scores at steps {marks} (mean ± std over seeds)", "",
@@ -161,7 +162,7 @@ def tables(runs: dict[str, dict[int, list[dict]]], out: Path) -> list[str]:
         cells += [mean_std([auc_area(r) for r in seeds.values()]), mean_std([first_step_over(r) for r in seeds.values()], 0)]
         cells.append(mean_std([window_mean(r, "replaced_auc_fresh", STEPS - 499, STEPS) for r in seeds.values()]))
         lines.append(f"| {arm} | {len(seeds)} ({', '.join(map(str, sorted(seeds)))}) | " + " | ".join(cells) + " |")
-    lines += ["", "## Paired difference TMR − ELECTRA (same seed), mean [bootstrap 95% CI]", "",
+    lines += ["", "## Paired difference TMR − ELECTRA (same seed), mean [bootstrap 95% CI] (n, paired t-test p)", "",
               "| arm | " + " | ".join(f"ΔAUC @ {m:,}" for m in MARKS) + " | "
               + " | ".join(f"ΔL_D @ {m:,}" for m in MARKS) + f" | Δ mean AUC over training | Δ first step AUC ≥ "
               f"{THRESHOLD} |", "|---|" + "---|" * (2 * len(MARKS) + 2)]
@@ -274,7 +275,7 @@ def main() -> int:
                    f"python-docs lines {heldout.get('start_line'):,} on, corrupted once by the reference generator "
                    f"(replaced share {heldout.get('replaced_share', float('nan')):.4f}).", ""]
     results.mkdir(parents=True, exist_ok=True)
-    body = tables(runs, out) + finetune_tables(load_finetuning(out))
+    body = tables(runs) + finetune_tables(load_finetuning(out))
     (results / "reproduction_tables.md").write_text("\n".join(header + body) + "\n")
     plot(runs, results / "reproduction_curves.png")
     print(f"wrote {results / 'reproduction_tables.md'} and {results / 'reproduction_curves.png'}")
