@@ -17,6 +17,7 @@ import torch
 from transformers import AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from integrations.electra.pretrain.config import saved_run_config  # noqa: E402
 from integrations.electra.pretrain.heldout import build_heldout_set, evaluate_heldout  # noqa: E402
 
 
@@ -28,12 +29,12 @@ def heldout_lines(path: str, skip: int) -> list[str]:
 
 def heldout_auc(run: Path, text_file: str, skip_lines: int = 0, examples: int = 256, seed: int = 0) -> dict:
     """AUC and L_D of the run's discriminator on `examples` packed held-out examples corrupted by its generator."""
-    config = json.loads((run / "config.json").read_text())
+    config = saved_run_config(run)
     tokenizer = AutoTokenizer.from_pretrained(str(run / "discriminator"))
     discriminator = ElectraForPreTraining.from_pretrained(str(run / "discriminator"))
     generator = ElectraForMaskedLM.from_pretrained(str(run / "generator"))
-    heldout = build_heldout_set(generator, tokenizer, heldout_lines(text_file, skip_lines), config["max_len"],
-                                examples, config["mask_prob"], config["mask_token_prob"], seed, batch_size=32)
+    heldout = build_heldout_set(generator, tokenizer, heldout_lines(text_file, skip_lines), config.max_len,
+                                examples, config.mask_prob, config.mask_token_prob, seed, batch_size=32)
     scores = evaluate_heldout(discriminator, heldout)
     return {"examples": len(heldout), "auc": scores["heldout_auc"], "discriminator_loss": scores["heldout_loss"],
             "prior_entropy": scores["heldout_base_entropy"]}

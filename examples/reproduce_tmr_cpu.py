@@ -89,8 +89,7 @@ def make_heldout_file(out: Path) -> None:
     if target.exists():
         return
     made = subprocess.run([sys.executable, str(REPO / "examples" / "electra_tmr.py"), "heldout",
-                           "--generator", str(out / "pretrain" / "reference" / "generator"), "--corpus",
-                           "python-docs", "--cache-dir", str(out / "cache"), "--start-line", str(TRAIN_LINES),
+                           "--run", str(out / "pretrain" / "reference"), "--start-line", str(TRAIN_LINES),
                            "--examples", "512", "--seed", "0", "--output", str(target)],
                           check=True, cwd=REPO, stdout=subprocess.PIPE, text=True)
     (out / "heldout.json").write_text(made.stdout)  # how it was made, for the summary

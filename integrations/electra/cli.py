@@ -5,7 +5,7 @@
                                                          # then a small GLUE fine-tune when GLUE data is found
     python examples/electra_tmr.py pretrain --variant tmr-grad_norm --preset small --corpus FILES...
     python examples/electra_tmr.py pretrain --resume runs/electra_tmr/tmr-loss_diff --steps 2000
-    python examples/electra_tmr.py heldout --generator RUN/generator --start-line 16600 --output heldout.safetensors
+    python examples/electra_tmr.py heldout --run RUN --output heldout.safetensors  # RUN trained with --max-lines
     python examples/electra_tmr.py export --checkpoint RUN/checkpoints/step-00001250 --output-dir RUN/at-1250
     python examples/electra_tmr.py finetune --checkpoint runs/.../discriminator --task sst2
 

@@ -24,6 +24,8 @@ if not torch.distributed.is_available():
 from integrations.electra.common import UserError  # noqa: E402
 from integrations.electra.pretrain import PretrainConfig, pretrain, read_metrics, resume_config  # noqa: E402
 from integrations.electra.pretrain.checkpoint import check_world_size  # noqa: E402
+from integrations.electra.pretrain.heldout import (HeldoutConfig, HeldoutSet, evaluate_heldout,  # noqa: E402
+                                                   make_heldout)
 
 from .distributed_ranks import equivalence_run, run_ranks  # noqa: E402
 
@@ -42,20 +44,22 @@ def run_settings(corpus: dict, out: Path, **overrides) -> dict:
 @pytest.fixture(scope="module")
 def two_rank_runs(corpus, tmp_path_factory):
     root = tmp_path_factory.mktemp("two_ranks")
-    # the tokenizer and example cache, built once here
-    pretrain(PretrainConfig(**run_settings(corpus, root / "warm", steps=1, warmup_steps=0)))
+    # the tokenizer and example cache, built once here; the warm run's generator corrupts a held-out file
+    pretrain(PretrainConfig(**run_settings(corpus, root / "warm", steps=1, warmup_steps=0, export_hf=True)))
+    heldout = root / "heldout.safetensors"
+    make_heldout(HeldoutConfig(run=str(root / "warm"), output=str(heldout), start_line=1200, examples=8))
     jobs = [
         {"name": "electra", "kind": "pretrain", "args": {"config": run_settings(corpus, root / "electra",
                                                                                  variant="electra")}},
         {"name": "tmr", "kind": "pretrain", "args": {"config": run_settings(
             corpus, root / "tmr", variant="tmr-loss_diff", checkpoint_every=4, keep_checkpoints=10,
-            export_hf=True)}},
+            export_hf=True, heldout=str(heldout), heldout_every=5)}},
         {"name": "equivalence", "kind": "equivalence"},
         {"name": "ghost", "kind": "ghost_norms", "args": {"config": run_settings(
             corpus, root / "ghost", variant="tmr-grad_norm", steps=4, dropout=0.0)}},
     ]
     reports = run_ranks(2, jobs, root)
-    return {"root": root, "reports": reports}
+    return {"root": root, "reports": reports, "heldout": heldout}
 
 
 @pytest.mark.parametrize("run", ["electra", "tmr"])
@@ -102,6 +106,18 @@ def test_metrics_are_logged_once_per_step_with_every_rank_time(two_rank_runs):
     assert [r["step"] for r in records] == list(range(1, STEPS + 1))
     assert all(len(r["step_seconds_per_rank"]) == 2 and r["step_seconds"] == max(r["step_seconds_per_rank"])
                for r in records)
+
+
+def test_rank_zero_scores_the_held_out_set_and_the_log_holds_its_numbers(two_rank_runs, one_torch_thread):
+    from transformers import AutoTokenizer, ElectraForPreTraining
+
+    records = read_metrics(two_rank_runs["root"] / "tmr" / "metrics.jsonl")
+    assert [r["step"] for r in records if r.get("heldout_auc") is not None] == [5, 10, 15, 20]
+    final = two_rank_runs["root"] / "tmr" / "discriminator"
+    heldout = HeldoutSet.load(two_rank_runs["heldout"], AutoTokenizer.from_pretrained(str(final)))
+    expected = evaluate_heldout(ElectraForPreTraining.from_pretrained(str(final)), heldout)
+    for name, value in expected.items():  # the other rank's missing score does not dilute rank 0's
+        assert records[-1][name] == pytest.approx(value, abs=1e-6), name
 
 
 def test_resuming_on_another_number_of_ranks_is_a_clear_error(two_rank_runs, tmp_path):

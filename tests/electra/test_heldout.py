@@ -3,6 +3,7 @@ changing the run it scores."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -29,9 +30,7 @@ def reference(corpus, tmp_path_factory, one_torch_thread) -> dict:
     run = pretrain(tiny_config(corpus, root / "reference", variant="electra", steps=4, max_lines=TRAIN_LINES,
                                export_hf=True))
     path = root / "heldout.safetensors"
-    argv = ["heldout", "--generator", f"{run.output_dir}/generator", "--corpus", corpus["file"], "--cache-dir",
-            corpus["cache"], "--start-line", str(TRAIN_LINES), "--max-len", "32", "--examples", "24", "--output",
-            str(path)]
+    argv = ["heldout", "--run", str(run.output_dir), "--examples", "24", "--output", str(path)]
     assert cli.main(argv) == 0
     return {"run": run, "path": path, "argv": argv, "root": root}
 
@@ -115,10 +114,28 @@ def test_scoring_along_training_changes_nothing_in_the_run(reference, corpus, tm
 
 @pytest.mark.parametrize("flags, fragment", [
     (["--start-line", "-1"], "--start-line"),
-    (["--mask-prob", "1.5"], "--mask-prob"),
-    (["--generator", "/no/such/dir"], "--generator"),
+    (["--examples", "0"], "--examples"),
+    (["--run", "/no/such/dir"], "--run"),
 ])
 def test_heldout_command_errors_are_one_line(reference, flags, fragment, capsys):
     status = cli.main([*reference["argv"], *flags])
     err = capsys.readouterr().err.strip()
     assert status == 2 and fragment in err and len(err.splitlines()) == 1, err
+
+
+def test_heldout_refuses_a_run_without_generator_or_held_out_lines(reference, tmp_path, capsys):
+    """The text and masking come from the run's config; what the config cannot say must be given."""
+    saved = json.loads((Path(reference["run"].output_dir) / "config.json").read_text())
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "config.json").write_text(json.dumps(saved))
+    assert cli.main(["heldout", "--run", str(bare), "--output", str(tmp_path / "a.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert "--run" in err and "generator" in err
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    (whole / "config.json").write_text(json.dumps({**saved, "max_lines": None}))
+    (whole / "generator").symlink_to(Path(reference["run"].output_dir) / "generator")
+    assert cli.main(["heldout", "--run", str(whole), "--output", str(tmp_path / "b.safetensors")]) == 2
+    assert "--start-line" in capsys.readouterr().err
+    assert not list(tmp_path.glob("*.safetensors"))  # nothing written on a refusal

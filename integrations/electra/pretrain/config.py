@@ -170,15 +170,29 @@ def model_preset(config: PretrainConfig) -> Preset:
                           **sizes)
 
 
+def saved_run_config(run_dir: str | Path, flag: str = "--run") -> PretrainConfig:
+    """The filled config a finished or running pretraining run saved in OUTPUT_DIR/config.json; a bad directory
+    is a `UserError` naming ``flag``."""
+    path = Path(run_dir) / "config.json"
+    if not path.is_file():
+        raise UserError(f"{flag}: {str(run_dir)!r} is not a pretraining run directory (no config.json)")
+    return _from_saved(json.loads(path.read_text()))
+
+
+def _from_saved(saved: dict) -> PretrainConfig:
+    """A config from its saved form, ignoring fields an older version wrote that no longer exist."""
+    names = {f.name for f in fields(PretrainConfig)}
+    return PretrainConfig(**{k: v for k, v in saved.items() if k in names})
+
+
 def resume_config(path: str, **overrides) -> PretrainConfig:
     """The config saved with a checkpoint, updated with exactly ``overrides`` (the options the user gave)."""
     from .checkpoint import find_checkpoint
 
     checkpoint = find_checkpoint(path)
     saved = json.loads((checkpoint / "state.json").read_text())["config"]
-    names = {f.name for f in fields(PretrainConfig)}
-    unknown = sorted(set(overrides) - names)
+    unknown = sorted(set(overrides) - {f.name for f in fields(PretrainConfig)})
     if unknown:
         raise UserError(f"unknown option(s) {', '.join(unknown)}")
-    base = PretrainConfig(**{k: v for k, v in saved.items() if k in names})
+    base = _from_saved(saved)
     return replace(base, **overrides, resume=str(checkpoint))

@@ -30,6 +30,7 @@ from .metrics import base_rate_entropy, ranking_auc
 
 HELDOUT_FORMAT = 1
 FIELDS = ("input_ids", "original_ids", "attention_mask", "masked")
+HELDOUT_METRICS = ("heldout_auc", "heldout_loss", "heldout_base_entropy")  # what `evaluate_heldout` returns
 
 
 def tokenizer_digest(tokenizer: Any) -> str:
@@ -144,27 +145,23 @@ def evaluate_heldout(discriminator: torch.nn.Module, heldout: HeldoutSet, batch_
             tokens += float(counts.sum())
     finally:
         discriminator.train(was_training)
-    return {"heldout_auc": ranking_auc(torch.cat(replaced), torch.cat(original)),
-            "heldout_loss": loss_sum / tokens, "heldout_base_entropy": base_rate_entropy(heldout.replaced_share)}
+    scores = (ranking_auc(torch.cat(replaced), torch.cat(original)), loss_sum / tokens,
+              base_rate_entropy(heldout.replaced_share))
+    return dict(zip(HELDOUT_METRICS, scores))
 
 
 @dataclass
 class HeldoutConfig:
-    """How a held-out file is made (`electra_tmr.py heldout`): whose generator, which text, how many examples."""
+    """How a held-out file is made (`electra_tmr.py heldout`). The text, tokenizer, sequence length and masking
+    come from the reference run's own config, so the file matches the runs it tests and no option is declared
+    twice."""
 
-    generator: str = option("", "an exported generator directory with its tokenizer (a run's OUTPUT_DIR/generator)",
-                            "held-out set")
+    run: str = option("", "the reference pretraining run's output directory: its exported generator corrupts the "
+                      "text; its corpus, cache, --max-len and mask rates are used", "held-out set")
     output: str = option("heldout.safetensors", "the file to write", "held-out set")
-    corpus: str = option("python-docs", "the corpus, as for pretraining", "held-out set")
-    corpus_config: str | None = option(None, "hub dataset config, as for pretraining", "held-out set")
-    cache_dir: str = option("runs/electra_tmr/cache", "corpus cache, as for pretraining", "held-out set")
-    start_line: int = option(0, "first non-blank corpus line to use: a run's --max-lines, so it never saw the text",
-                             "held-out set")
+    start_line: int | None = option(None, "first non-blank corpus line to use (default: the run's --max-lines, the "
+                                    "first line it never trained on)", "held-out set")
     examples: int = option(512, "packed examples to keep (at most)", "held-out set")
-    max_len: int = option(128, "tokens per packed example (the runs' --max-len)", "held-out set")
-    mask_prob: float = option(0.15, "masking rate (the runs' --mask-prob)", "held-out set")
-    mask_token_prob: float = option(0.85, "share of masked positions shown as [MASK] (the runs' --mask-token-prob)",
-                                    "held-out set")
     seed: int = option(0, "seed of the masking and the generator's samples", "held-out set")
 
 
@@ -174,24 +171,28 @@ def make_heldout(config: HeldoutConfig) -> HeldoutSet:
 
     from ..common import load_tokenizer
     from ..data import corpus_lines, resolve_corpus
+    from .config import saved_run_config
 
-    if not Path(config.generator).is_dir():
-        raise UserError(f"--generator: no such directory: {config.generator!r}")
-    checks = [(config.start_line >= 0, f"--start-line must be >= 0, got {config.start_line}"),
-              (config.examples >= 1, f"--examples must be >= 1, got {config.examples}"),
-              (config.max_len >= 8, f"--max-len must be >= 8, got {config.max_len}"),
-              (0 < config.mask_prob < 1, f"--mask-prob must be in (0, 1), got {config.mask_prob}"),
-              (0 <= config.mask_token_prob <= 1, f"--mask-token-prob must be in [0, 1], got {config.mask_token_prob}")]
-    for ok, message in checks:
-        if not ok:
-            raise UserError(message)
-    tokenizer = load_tokenizer(config.generator, need_mask=True)
-    generator = ElectraForMaskedLM.from_pretrained(config.generator)
-    lines = list(corpus_lines(resolve_corpus(config.corpus, config.corpus_config), Path(config.cache_dir),
-                         start=config.start_line)["text"])
-    made = build_heldout_set(generator, tokenizer, lines, config.max_len, config.examples, config.mask_prob,
-                             config.mask_token_prob, config.seed,
-                             info={"generator": str(Path(config.generator).resolve()), "corpus": config.corpus,
-                                   "start_line": config.start_line, "lines": len(lines)})
+    run = saved_run_config(config.run, flag="--run")
+    generator_dir = Path(config.run) / "generator"
+    if not generator_dir.is_dir():
+        raise UserError(f"--run: {config.run!r} has no exported generator (generator/); the reference run needs "
+                        "--export-hf (the default)")
+    start_line = run.max_lines if config.start_line is None else config.start_line
+    if start_line is None:
+        raise UserError(f"--start-line: the run {config.run!r} trained on the whole corpus (no --max-lines), so "
+                        "give the first line to hold out")
+    if start_line < 0:
+        raise UserError(f"--start-line must be >= 0, got {start_line}")
+    if config.examples < 1:
+        raise UserError(f"--examples must be >= 1, got {config.examples}")
+    tokenizer = load_tokenizer(str(generator_dir), need_mask=True)
+    generator = ElectraForMaskedLM.from_pretrained(str(generator_dir))
+    lines = list(corpus_lines(resolve_corpus(run.corpus, run.corpus_config), Path(run.cache_dir),
+                              start=start_line)["text"])
+    made = build_heldout_set(generator, tokenizer, lines, run.max_len, config.examples, run.mask_prob,
+                             run.mask_token_prob, config.seed,
+                             info={"generator": str(generator_dir.resolve()), "corpus": run.corpus,
+                                   "start_line": start_line, "lines": len(lines)})
     made.save(config.output)
     return made

@@ -36,7 +36,7 @@ from .config import FEEDBACK, VARIANTS, PretrainConfig, model_preset
 from .corruption import CorruptionProducer, SpecialIds
 from .distributed import make_world
 from .feedback import make_feedback
-from .heldout import HeldoutSet, evaluate_heldout
+from .heldout import HELDOUT_METRICS, HeldoutSet, evaluate_heldout
 from .losses import discriminator_losses, make_optimizer
 from .metrics import MetricsLog, plot_metrics, read_metrics, step_record, summarize
 
@@ -147,7 +147,9 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
             record = step_record(batch.step, lr, loss, generator_loss, d, batch, signals, total_grad_norm,
                                  buffer.stats(), seconds)
             if heldout is not None and (batch.step % cfg.heldout_every == 0 or batch.step == cfg.steps):
-                record.update(evaluate_heldout(pair.discriminator, heldout, autocast=autocast))
+                # the replicas are identical, so rank 0 alone scores; the others' None drops out of the rank mean
+                record.update(evaluate_heldout(pair.discriminator, heldout, autocast=autocast) if world.is_main
+                              else dict.fromkeys(HELDOUT_METRICS))
             record = world.reduce_record(record)
             log.write(record)
             bar.update(1)
