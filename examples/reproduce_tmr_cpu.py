@@ -33,7 +33,9 @@ ARMS = ("electra", "tmr-loss_diff", "tmr-grad_norm", "tmr-grad_bound")
 EXTRA_ARMS = ("tmr-lsr", "tmr-linucb")  # the paper's Fig. 4 initializers, when the budget allows
 # Ablations: arm name -> (variant, extra flags). Uniform replay keeps TMR's buffer, eviction and weight updates
 # but samples it uniformly (alpha 0): is what helps the replay itself, or the learned importance?
-ABLATIONS = {"tmr-loss_diff-uniform": ("tmr-loss_diff", ("--alpha", "0"))}
+# With FIFO eviction as well, the buffer is a plain window of recent examples: the weights decide nothing.
+ABLATIONS = {"tmr-loss_diff-uniform": ("tmr-loss_diff", ("--alpha", "0")),
+             "tmr-fifo-uniform": ("tmr-loss_diff", ("--alpha", "0", "--eviction", "fifo"))}
 SEEDS = (0, 1, 2, 3, 4)
 STEPS = 5000
 TRAIN_LINES = 16_600  # of python-docs' 18,479 non-blank lines (Python 3.11); the rest is the held-out text

@@ -16,6 +16,8 @@ from integrations.electra import cli  # noqa: E402
 from integrations.electra.grad_norms import GhostNorms, loop_grad_norms  # noqa: E402
 from integrations.electra.models import (PRESETS, build_electra_pair, embeddings_are_shared,  # noqa: E402
                                          with_overrides)
+from integrations.electra.common import UserError  # noqa: E402
+from integrations.electra.pretrain.config import buffer_strategy  # noqa: E402
 from integrations.electra.pretrain import (VARIANTS, PretrainConfig, SpecialIds, choose_masked_positions,  # noqa: E402
                                            corrupt_batch, discriminator_losses, gumbel_max_sample, make_optimizer,
                                            mask_inputs, pretrain, read_metrics, resume_config,
@@ -417,3 +419,29 @@ def test_cli_lets_a_bug_keep_its_traceback(monkeypatch, tmp_path):
     monkeypatch.setattr(pretrain_package, "pretrain", broken)
     with pytest.raises(ValueError, match="a bug"):
         cli.main(["pretrain", "--output-dir", str(tmp_path / "out"), "--no-progress"])
+
+
+# ----------------------------------------------------------------------------- ablation knobs
+def test_eviction_option_swaps_only_the_variants_eviction(corpus, tmp_path):
+    for variant in ("tmr-loss_diff", "tmr-grad_norm", "tmr-lsr"):
+        own = buffer_strategy(tiny_config(corpus, tmp_path, variant=variant)).describe()
+        fifo = buffer_strategy(tiny_config(corpus, tmp_path, variant=variant, eviction="fifo")).describe()
+        assert own["evict"] == "lowest" and fifo == {**own, "evict": "fifo"}
+    with pytest.raises(UserError, match="--eviction must be one of lowest, fifo, got 'oldest'"):
+        tiny_config(corpus, tmp_path, variant="tmr-loss_diff", eviction="oldest").filled()
+    with pytest.raises(UserError, match="--eviction applies to a tmr variant"):
+        tiny_config(corpus, tmp_path, variant="electra", eviction="fifo").filled()
+
+
+def test_a_run_with_a_swapped_eviction_saves_it_and_resumes_exactly(corpus, tmp_path):
+    config = tiny_config(corpus, tmp_path / "fifo", variant="tmr-loss_diff", eviction="fifo", alpha=0.0, steps=12,
+                         checkpoint_every=6, keep_checkpoints=5)
+    run = pretrain(config)
+    state = json.loads((tmp_path / "fifo" / "checkpoints" / "step-00000012" / "state.json").read_text())
+    assert state["config"]["eviction"] == "fifo"
+    rank_state = (tmp_path / "fifo" / "checkpoints" / "step-00000012" / "rank-00000.json").read_text()
+    assert '"evict": "fifo"' in rank_state and '"update": "loss_diff"' in rank_state  # the buffer used it
+    shutil.copytree(tmp_path / "fifo", tmp_path / "again")
+    resumed = pretrain(resume_config(str(tmp_path / "again" / "checkpoints" / "step-00000006"),
+                                     output_dir=str(tmp_path / "again"), progress=False))
+    assert resumed.losses == run.losses

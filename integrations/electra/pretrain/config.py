@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from replayloader.strategies import FIFO, EvictLowest, Strategy, by_name
+
 from ..common import UserError, option
 from ..models import PRESETS, Preset, get_preset, with_overrides
 
@@ -25,6 +27,7 @@ VARIANTS: dict[str, str] = {  # variant name -> replayloader strategy name
 # The per-example signal each variant feeds back to its buffer: the discriminator's loss, its exact gradient
 # norms, or its logits/labels/mask (from which the library's GradBound computes the Katharopoulos–Fleuret bound).
 FEEDBACK: dict[str, str] = {"tmr-grad_norm": "grad_norm", "tmr-grad_bound": "logits"}  # every other: "loss"
+EVICTIONS = {rule.name: rule for rule in (EvictLowest, FIFO)}  # --eviction: which example a full buffer drops
 REPLACEMENTS = ("generator", "uniform")  # where the discriminator's replaced tokens come from
 DEFAULT_OUTPUT = "runs/electra_tmr"  # runs go to DEFAULT_OUTPUT/VARIANT unless --output-dir says otherwise
 
@@ -73,6 +76,8 @@ class PretrainConfig:
                                     "each rank's shard holds N // ranks, keeping the ratio N / K", BUFFER)
     alpha: float = option(1.0, "prioritization exponent: P(i) ∝ w_i^alpha", BUFFER)
     beta: float | None = option(None, "importance-weight exponent (default: none, as the paper)", BUFFER)
+    eviction: str | None = option(None, "replace a tmr variant's eviction, for ablations: lowest (drop the lowest "
+                                        "weight, the paper's) or fifo (drop the oldest example)", BUFFER)
     grad_norm_method: str = option("ghost", "tmr-grad_norm: ghost (hooks inside the training backward) or loop "
                                             "(B extra passes)", BUFFER)
     corpus: str = option("python-docs", "python-docs (embedded), text files/dirs/globs (.txt, .gz, NLTK .zip; "
@@ -134,6 +139,10 @@ class PretrainConfig:
                                                 f"({out.batch_size})"),
             (out.alpha >= 0, f"--alpha must be >= 0, got {out.alpha}"),
             (out.beta is None or out.beta >= 0, f"--beta must be >= 0, got {out.beta}"),
+            (out.eviction is None or out.eviction in EVICTIONS,
+             f"--eviction must be one of {', '.join(EVICTIONS)}, got {out.eviction!r}"),
+            (out.eviction is None or out.variant != "electra", "--eviction applies to a tmr variant's buffer; "
+                                                               "electra replays nothing"),
             (0 <= out.dropout < 1, f"--dropout must be in [0, 1), got {out.dropout}"),
             (out.grad_norm_method in ("ghost", "loop"), f"--grad-norm-method must be ghost or loop, "
                                                         f"got {out.grad_norm_method!r}"),
@@ -159,6 +168,14 @@ class PretrainConfig:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def buffer_strategy(config: PretrainConfig) -> Strategy:
+    """The variant's replayloader strategy, with the eviction rule --eviction names (if any) in place of its own."""
+    strategy = by_name(VARIANTS[config.variant])
+    if config.eviction is None:
+        return strategy
+    return Strategy(strategy.init, strategy.update, EVICTIONS[config.eviction]())
 
 
 def model_preset(config: PretrainConfig) -> Preset:

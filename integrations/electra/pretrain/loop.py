@@ -24,7 +24,6 @@ from pathlib import Path
 import torch
 
 from replayloader import ReplayBuffer, ReplayDataLoader
-from replayloader.strategies import by_name
 
 from transformers import get_linear_schedule_with_warmup
 
@@ -32,7 +31,7 @@ from ..common import set_seed
 from ..data import BatchStream, prepare_pretraining_data
 from ..models import PairPart, build_electra_pair
 from .checkpoint import export_pair, find_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
-from .config import FEEDBACK, VARIANTS, PretrainConfig, model_preset
+from .config import FEEDBACK, PretrainConfig, buffer_strategy, model_preset
 from .corruption import CorruptionProducer, SpecialIds
 from .distributed import make_world
 from .feedback import make_feedback
@@ -97,7 +96,7 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
     generator, discriminator = PairPart(model, "generator"), PairPart(model, "discriminator")
 
     # ---- the memory buffer between generator and discriminator, and what goes back into it
-    buffer = ReplayBuffer(buffer_size, alpha=cfg.alpha, beta=cfg.beta, strategy=by_name(VARIANTS[cfg.variant]),
+    buffer = ReplayBuffer(buffer_size, alpha=cfg.alpha, beta=cfg.beta, strategy=buffer_strategy(cfg),
                           seed=buffer_seed)
     producer = CorruptionProducer(generator, special, cfg.mask_prob, cfg.mask_token_prob, autocast,
                                   cfg.replacements)
