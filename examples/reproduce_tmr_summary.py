@@ -149,6 +149,25 @@ def plot(runs: dict[str, dict[int, list[dict]]], path: Path) -> None:
     plt.close(fig)
 
 
+def paired_table(runs: dict[str, dict[int, list[dict]]], base_arm: str, arms: list[str]) -> list[str]:
+    """Each arm minus ``base_arm`` on the same seed: held-out AUC and L_D at the marks, the mean AUC over
+    training and the first step at the threshold."""
+    base = runs.get(base_arm)
+    if not base or not arms:
+        return []
+    lines = ["", f"## Paired difference arm − {base_arm} (same seed), mean [bootstrap 95% CI] (n, paired t-test p)",
+             "", "| arm | " + " | ".join(f"ΔAUC @ {m:,}" for m in MARKS) + " | "
+             + " | ".join(f"ΔL_D @ {m:,}" for m in MARKS) + f" | Δ mean AUC over training | Δ first step AUC ≥ "
+             f"{THRESHOLD} |", "|---|" + "---|" * (2 * len(MARKS) + 2)]
+    for arm in arms:
+        seeds = runs[arm]
+        cells = [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_auc", m)) for m in MARKS]
+        cells += [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_loss", m)) for m in MARKS]
+        cells += [paired_difference(seeds, base, auc_area), paired_difference(seeds, base, first_step_over, 0)]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def tables(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
     base = runs.get("electra", {})
     marks = ", ".join(f"{m:,}" for m in MARKS)
@@ -162,17 +181,9 @@ def tables(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
         cells += [mean_std([auc_area(r) for r in seeds.values()]), mean_std([first_step_over(r) for r in seeds.values()], 0)]
         cells.append(mean_std([window_mean(r, "replaced_auc_fresh", STEPS - 499, STEPS) for r in seeds.values()]))
         lines.append(f"| {arm} | {len(seeds)} ({', '.join(map(str, sorted(seeds)))}) | " + " | ".join(cells) + " |")
-    lines += ["", "## Paired difference TMR − ELECTRA (same seed), mean [bootstrap 95% CI] (n, paired t-test p)", "",
-              "| arm | " + " | ".join(f"ΔAUC @ {m:,}" for m in MARKS) + " | "
-              + " | ".join(f"ΔL_D @ {m:,}" for m in MARKS) + f" | Δ mean AUC over training | Δ first step AUC ≥ "
-              f"{THRESHOLD} |", "|---|" + "---|" * (2 * len(MARKS) + 2)]
-    for arm, seeds in runs.items():
-        if arm == "electra" or not base:
-            continue
-        cells = [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_auc", m)) for m in MARKS]
-        cells += [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_loss", m)) for m in MARKS]
-        cells += [paired_difference(seeds, base, auc_area), paired_difference(seeds, base, first_step_over, 0)]
-        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += paired_table(runs, "electra", [arm for arm in runs if arm != "electra"])
+    # the ablations and the other weightings against the paper's main variant: what does the weighting add?
+    lines += paired_table(runs, "tmr-loss_diff", [arm for arm in runs if arm not in ("electra", "tmr-loss_diff")])
     lines += ["", "## Per seed: held-out AUC at each mark, mean held-out AUC over training, first step at AUC ≥ "
               f"{THRESHOLD}", "", "| seed | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
     for seed in sorted({s for seeds in runs.values() for s in seeds}):
