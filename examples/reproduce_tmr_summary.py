@@ -255,13 +255,18 @@ def finetune_tables(scores: dict[tuple[str, int], dict[int, dict[str, float]]]) 
         cells = [mean_std([seeds[s].get(t, float("nan")) for s in seeds], 1) for t in GLUE_TASKS]
         cells.append(mean_std([average(seeds[s]) for s in seeds], 1))
         lines.append(f"| {arm} | {step:,} | {len(seeds)} | " + " | ".join(cells) + " |")
-    lines += ["", "Paired difference of the 5-task average, TMR − ELECTRA (same pretraining seed), mean "
-              "[bootstrap 95% CI]:", "", "| arm | step | Δ 5-task avg |", "|---|---|---|"]
+    lines += ["", "Paired difference TMR − ELECTRA (same pretraining seed), per task and of the 5-task average, mean "
+              "[bootstrap 95% CI] (n, paired t-test p):", "",
+              "| arm | step | " + " | ".join(f"Δ {names[t]}" for t in GLUE_TASKS) + " | Δ 5-task avg |",
+              "|---|---|" + "---|" * (len(GLUE_TASKS) + 1)]
     for (arm, step), seeds in sorted(scores.items()):
         base = scores.get(("electra", step))
         if arm == "electra" or not base:
             continue
-        lines.append(f"| {arm} | {step:,} | " + paired_difference(seeds, base, average, 2) + " |")
+        cells = [paired_difference(seeds, base, lambda per_task, t=t: per_task.get(t, float("nan")), 2)
+                 for t in GLUE_TASKS]
+        cells.append(paired_difference(seeds, base, average, 2))
+        lines.append(f"| {arm} | {step:,} | " + " | ".join(cells) + " |")
     return lines
 
 
