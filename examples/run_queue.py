@@ -3,16 +3,19 @@
 A job is a command that writes one run directory and, when it has finished, a ``done`` file in it. Drivers may
 be stopped and restarted at will: a done job is never redone, a job with checkpoints is restarted with its
 resume command, and a job another driver is running (its ``running.pid`` names a live process) is left alone.
-At most ``parallel`` jobs of one folder run at once, counted over every driver. Each job runs one torch thread
-under ``nice``, because the machine has two cores and other work on them.
+At most ``parallel`` jobs of one folder run at once, counted over every driver: a driver checks the folder and
+launches under an exclusive lock on ``OUT/.queue.lock``, so two drivers never take the same slot or the same
+job. Each job runs one torch thread under ``nice``, because the machine has two cores and other work on them.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +81,18 @@ def launch(job: Job, log_dir: Path) -> subprocess.Popen:
     return process
 
 
+@contextlib.contextmanager
+def queue_lock(log_dir: Path) -> Iterator[None]:
+    """Held while a driver counts the folder's running jobs and launches one (released when the job's
+    running.pid is written), so that a check and the launch it allows are one step for every driver."""
+    with open(log_dir / ".queue.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def run_jobs(jobs: Iterable[Job], log_dir: Path, parallel: int, wait: bool = True, poll: float = 5.0) -> list[str]:
     """Run every job not done or running elsewhere, at most ``parallel`` of ``log_dir``'s jobs at a time.
 
@@ -99,12 +114,15 @@ def run_jobs(jobs: Iterable[Job], log_dir: Path, parallel: int, wait: bool = Tru
                 del mine[name]
 
     for job in jobs:
-        if job.status() in ("done", "running"):
-            continue
-        while busy() >= parallel:
+        while True:
+            with queue_lock(log_dir):
+                if job.status() in ("done", "running"):  # finished, or another driver has it
+                    break
+                if busy() < parallel:
+                    mine[job.name] = (job, launch(job, log_dir))
+                    break
             time.sleep(poll)
             reap()
-        mine[job.name] = (job, launch(job, log_dir))
     while mine or (wait and any(job.status() == "running" for job in jobs)):
         time.sleep(poll)
         reap()

@@ -46,3 +46,30 @@ def test_done_jobs_are_skipped_partial_ones_resumed_and_at_most_parallel_run(tmp
     assert most <= 2
     assert not list(tmp_path.rglob("running.pid"))  # every finished job's marker is removed
     assert (tmp_path / "a.log").read_text().startswith("\n$ ")  # each job's command heads its log
+
+
+def concurrency(log: list[dict]) -> int:
+    running, most = 0, 0
+    for event in sorted(log, key=lambda e: (e["at"], e["edge"] == "start")):
+        running += 1 if event["edge"] == "start" else -1
+        most = max(most, running)
+    return most
+
+
+def test_two_drivers_on_one_folder_keep_the_limit_and_never_run_a_job_twice(tmp_path):
+    """Drivers check the folder's running jobs and launch under one lock, so two never both take the last slot."""
+    import threading
+
+    events = tmp_path / "events.jsonl"
+    names = [f"j{i}" for i in range(6)]
+    mine = [job(tmp_path, name, events) for name in names[:4]]
+    theirs = [job(tmp_path, name, events) for name in names[2:]]  # j2 and j3 are in both drivers' lists
+    drivers = [threading.Thread(target=run_jobs, args=(jobs, tmp_path, 1), kwargs={"poll": 0.01})
+               for jobs in (mine, theirs)]
+    for driver in drivers:
+        driver.start()
+    for driver in drivers:
+        driver.join()
+    log = [json.loads(line) for line in events.read_text().splitlines()]
+    assert sorted(e["run"] for e in log if e["edge"] == "start") == names  # each job ran exactly once
+    assert concurrency(log) == 1
