@@ -32,14 +32,18 @@ THRESHOLD = 0.6  # "has escaped the plateau": held-out AUC this high (the collap
 
 
 def load_runs(out: Path) -> dict[str, dict[int, list[dict]]]:
-    """arm -> seed -> metrics records, for every finished arm run."""
+    """arm -> seed -> metrics records, for every finished arm run (with the derived weight ESS fraction)."""
     runs: dict[str, dict[int, list[dict]]] = {}
     for run in sorted((out / "pretrain").glob("*-seed*")):
         if not (run / "summary.json").exists():
             continue
         arm, seed = run.name.rsplit("-seed", 1)
         with open(run / "metrics.jsonl") as lines:
-            runs.setdefault(arm, {})[int(seed)] = [json.loads(line) for line in lines]
+            records = [json.loads(line) for line in lines]
+        for r in records:
+            if r.get("buffer_weight_std") is not None and r.get("buffer_weight_mean"):
+                r["weight_ess_fraction"] = 1.0 / (1.0 + (r["buffer_weight_std"] / r["buffer_weight_mean"]) ** 2)
+        runs.setdefault(arm, {})[int(seed)] = records
     return runs
 
 
@@ -205,14 +209,19 @@ def tables(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
     lines += ["", "## Drift over training (mean over steps in each window, then over seeds)", "",
               "generator change rate = share of masked tokens the generator replaced with another token; "
               "replaced-token accuracy = share of replaced tokens the discriminator flags, on the rows produced "
-              "this step (fresh) and on replayed rows.", "",
+              "this step (fresh) and on replayed rows. Weight ESS / N = 1 / (1 + CV²) of the buffer's weights: the "
+              "share of the buffer that sampling effectively draws from when P ∝ w (α = 1; the uniform ablations "
+              "sample with α = 0, so theirs is 1 whatever the weights). Visits = mean number of times the buffered "
+              "examples have been sampled: what the eviction rule keeps.", "",
               "| arm | steps | generator change rate | replaced acc. fresh | replaced acc. replayed | "
-              "fresh AUC | age of sampled examples |", "|---|---|---|---|---|---|---|"]
+              "fresh AUC | age of sampled examples | weight ESS / N | visits of buffered examples |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for arm, seeds in runs.items():
         for first, last in windows:
             cells = [finite_mean([window_mean(r, key, first, last) for r in seeds.values()])
                      for key in ("changed_fraction_produced", "replaced_accuracy_fresh",
-                                 "replaced_accuracy_replayed", "replaced_auc_fresh", "sample_age_mean")]
+                                 "replaced_accuracy_replayed", "replaced_auc_fresh", "sample_age_mean",
+                                 "weight_ess_fraction", "buffer_mean_visits")]
             lines.append(f"| {arm} | {first:,}–{last:,} | " + " | ".join(
                 "–" if not np.isfinite(c) else f"{c:.3f}" for c in cells) + " |")
     return lines
