@@ -29,7 +29,7 @@ def heldout_lines(path: str, skip: int) -> list[str]:
 
 def heldout_auc(run: Path, text_file: str, skip_lines: int = 0, examples: int = 256, seed: int = 0) -> dict:
     """AUC and L_D of the run's discriminator on `examples` packed held-out examples corrupted by its generator."""
-    config = saved_run_config(run)
+    config = saved_run_config(run, flag="RUN_DIR")
     tokenizer = AutoTokenizer.from_pretrained(str(run / "discriminator"))
     discriminator = ElectraForPreTraining.from_pretrained(str(run / "discriminator"))
     generator = ElectraForMaskedLM.from_pretrained(str(run / "generator"))

@@ -25,6 +25,15 @@ def job(root: Path, name: str, events: Path) -> Job:
     return Job(name, run, start, resume=[part.replace("{mode}", "resume") for part in command])
 
 
+def concurrency(log: list[dict]) -> int:
+    """The most jobs running at once in an events log."""
+    running, most = 0, 0
+    for event in sorted(log, key=lambda e: (e["at"], e["edge"] == "start")):  # an end before a start at a tie
+        running += 1 if event["edge"] == "start" else -1
+        most = max(most, running)
+    return most
+
+
 def test_done_jobs_are_skipped_partial_ones_resumed_and_at_most_parallel_run(tmp_path):
     events = tmp_path / "events.jsonl"
     jobs = [job(tmp_path, name, events) for name in ("a", "b", "c", "d")]
@@ -39,21 +48,9 @@ def test_done_jobs_are_skipped_partial_ones_resumed_and_at_most_parallel_run(tmp
     log = [json.loads(line) for line in events.read_text().splitlines()]
     assert sorted({e["run"] for e in log}) == ["a", "c", "d"]  # b was not run again
     assert {e["run"]: e["mode"] for e in log} == {"a": "start", "c": "resume", "d": "start"}
-    running, most = 0, 0
-    for event in sorted(log, key=lambda e: (e["at"], e["edge"] == "start")):  # an end before a start at a tie
-        running += 1 if event["edge"] == "start" else -1
-        most = max(most, running)
-    assert most <= 2
+    assert concurrency(log) <= 2
     assert not list(tmp_path.rglob("running.pid"))  # every finished job's marker is removed
     assert (tmp_path / "a.log").read_text().startswith("\n$ ")  # each job's command heads its log
-
-
-def concurrency(log: list[dict]) -> int:
-    running, most = 0, 0
-    for event in sorted(log, key=lambda e: (e["at"], e["edge"] == "start")):
-        running += 1 if event["edge"] == "start" else -1
-        most = max(most, running)
-    return most
 
 
 def test_two_drivers_on_one_folder_keep_the_limit_and_never_run_a_job_twice(tmp_path):
