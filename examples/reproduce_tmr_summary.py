@@ -244,6 +244,31 @@ def load_finetuning(out: Path) -> dict[tuple[str, int], dict[int, dict[str, floa
     return scores
 
 
+def majority_scores() -> dict[str, float]:
+    """Each task's main dev metric × 100 for always predicting its most common training label, from the GLUE data
+    fine-tuning uses (../shared/data/glue); empty without it. STS-B is scored 0: a constant prediction has no rank
+    correlation."""
+    from integrations.electra.finetune.cli import _default_data_dir
+    from integrations.electra.finetune.glue import get_task, load_glue_split
+    from integrations.electra.finetune.metrics import glue_metrics
+    from integrations.electra.finetune.sources import DataSource
+
+    glue_dir = _default_data_dir("glue")
+    if glue_dir is None:
+        return {}
+    source, scores = DataSource(local_dir=Path(glue_dir)), {}
+    for name in GLUE_TASKS:
+        task = get_task(name)
+        if task.is_regression:
+            scores[name] = 0.0
+            continue
+        train_labels = load_glue_split(task, "train", source)["label"]
+        majority = max(set(train_labels), key=train_labels.count)
+        dev_labels = load_glue_split(task, "validation", source)["label"]
+        scores[name] = 100 * glue_metrics(name, [majority] * len(dev_labels), dev_labels)[MAIN_METRIC[name]]
+    return scores
+
+
 def finetune_tables(scores: dict[tuple[str, int], dict[int, dict[str, float]]]) -> list[str]:
     """Table-1 layout (rows: arm at a step; cells: mean ± std over pretraining seeds) and the paired TMR − ELECTRA
     difference of the 5-task average."""
@@ -259,6 +284,10 @@ def finetune_tables(scores: dict[tuple[str, int], dict[int, dict[str, float]]]) 
         return float(np.mean([per_task[t] for t in GLUE_TASKS])) if all(t in per_task for t in GLUE_TASKS) \
             else float("nan")
 
+    majority = majority_scores()
+    if majority:
+        lines.append("| majority class (most common training label) | – | – | "
+                     + " | ".join(f"{majority[t]:.1f}" for t in GLUE_TASKS) + f" | {average(majority):.1f} |")
     for (arm, step), seeds in sorted(scores.items(), key=lambda item: ((*ARMS, *EXTRA_ARMS, *ABLATIONS).index(item[0][0]),
                                                                          item[0][1])):
         cells = [mean_std([seeds[s].get(t, float("nan")) for s in seeds], 1) for t in GLUE_TASKS]
