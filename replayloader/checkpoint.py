@@ -17,6 +17,14 @@ from .storage import is_torch_tensor
 _MARK = "__array__"
 
 
+class StateFileError(ValueError):
+    """A state file (or checkpoint) that cannot be used: names the file and what is wrong with it."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path, self.problem = str(path), problem
+        super().__init__(f"{path}: {problem}")
+
+
 def flatten_state(state: dict) -> tuple[dict[str, Any], dict]:
     arrays: dict[str, Any] = {}
 
