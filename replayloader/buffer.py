@@ -25,6 +25,8 @@ from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_a
                              first_invalid, place, resolve_ids, write_weights)
 from .kernels.rng import seed_state
 from .feedback import as_feedback_array, invalid_value
+from .state_checks import (array, counters, field, finite_nonnegative, first_bad, integer, require, rng_words,
+                           same_config)
 from .storage import Storage, to_numpy
 from .strategies import KNOWN_FEEDBACK, Strategy, WeightUpdate
 from .sumtree import SumTree
@@ -134,7 +136,7 @@ class ReplayBuffer:
         self._epoch = 0
         self.counters = {"add_calls": 0, "added": 0, "evicted": 0, "sample_calls": 0, "sampled": 0,
                          "updated": 0, "stale_feedback": 0, "first_visits": 0, "sampled_age_sum": 0}
-        self.strategy.update.bind(self.capacity)
+        self.strategy.bind(self.capacity)
         self.view = BufferReadView(self)
         self._beta_arg = -1.0 if self.beta is None else self.beta  # the kernel's "no importance weights"
         self._stratified = self.sampling == "stratified"
@@ -399,9 +401,7 @@ class ReplayBuffer:
         """A snapshot (copies, not views) of everything needed to continue exactly: slots, weights, counters,
         RNG, strategy memory and stored data."""
         return {
-            "version": STATE_VERSION,
-            "config": {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta, "sampling": self.sampling,
-                       "tree_dtype": str(self.tree.dtype), "strategy": self.strategy.describe()},
+            "version": STATE_VERSION, "config": self._config(),
             "size": self.size, "next_serial": self.next_serial,
             "weights": self.weights.copy(), "visits": self.meta[:, VISITS].copy(),
             "slot_serial": self.meta[:, SERIAL].copy(), "added_at_call": self.meta[:, ADDED_AT].copy(),
@@ -411,35 +411,73 @@ class ReplayBuffer:
             "strategy": self.strategy.state_dict(), "storage": self.storage.state_dict(),
         }
 
-    def load_state_dict(self, state: Mapping) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')!r} is not supported (expected {STATE_VERSION})")
-        config = state["config"]
-        mine = {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta, "sampling": self.sampling,
+    def _config(self) -> dict:
+        return {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta, "sampling": self.sampling,
                 "tree_dtype": str(self.tree.dtype), "strategy": self.strategy.describe()}
-        for key, value in mine.items():
-            if config[key] != value:
-                raise ValueError(f"checkpoint has {key}={config[key]!r} but this buffer has {key}={value!r}")
-        rng = np.asarray(state["rng"])
-        if rng.shape != (4,) or rng.dtype != np.uint64:
-            raise ValueError(f"checkpoint rng state must be 4 uint64 words, got dtype {rng.dtype} shape {rng.shape}")
-        self.size = int(state["size"])
-        self.next_serial = int(state["next_serial"])
-        self.weights[:] = np.asarray(state["weights"], np.float64)  # in place: the read view keeps pointing here
-        self.meta[:, SERIAL] = state["slot_serial"]
-        self.meta[:, ADDED_AT] = state["added_at_call"]
-        self.meta[:, VISITS] = state["visits"]
-        self.meta[:, MARK] = -1
-        self.last_add_slots = np.array(state["last_add_slots"], np.int64)
-        self.features = None if state["features"] is None else np.array(state["features"], np.float64)
-        self.counters = {k: int(v) for k, v in state["counters"].items()}
-        self.rng_state = rng.copy()
-        self.strategy.update.bind(self.capacity)
-        self.strategy.load_state_dict(state["strategy"])
-        self.storage.load_state_dict(state["storage"])
-        self.tree.clear()
-        live = np.arange(self.size, dtype=np.int64)
-        live_weights = self.weights[: self.size].copy()
-        self._set_weights(live, live_weights)
-        self._epoch = 0
 
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore a `state_dict` of a buffer with the same configuration: all or nothing.
+
+        Every value is checked first (shapes, dtypes, ranges, the consistency of slots, serials and size, the RNG
+        state, the stored data); a state that fails any check raises `state_checks.InvalidState` naming the
+        field, and the buffer is exactly as it was. Nothing loaded reaches a compiled kernel unchecked.
+        """
+        where = "buffer state"
+        require(isinstance(state, Mapping), f"{where} must be a mapping, got {type(state).__name__}")
+        version = state.get("version")
+        require(version == STATE_VERSION, f"state version {version!r} is not supported (expected {STATE_VERSION})")
+        same_config(field(state, "config", where), self._config(), where, "buffer")
+        n = self.capacity
+        size = integer(state, "size", where, 0, n)
+        next_serial = integer(state, "next_serial", where, size)
+        counts = counters(state, "counters", where, self.counters)
+        weights = array(state, "weights", where, (n,), "fiu", np.float64)
+        finite_nonnegative(weights, f"{where}['weights']")
+        serial = array(state, "slot_serial", where, (n,), "iu", np.int64)
+        added_at = array(state, "added_at_call", where, (n,), "iu", np.int64)
+        visits = array(state, "visits", where, (n,), "iu", np.int64)
+        live = slice(0, size)
+        empty = slice(size, n)
+        # Slots fill in order and are only reused once the buffer is full, so the stored examples sit in slots
+        # [0, size), each with its own serial below next_serial; the other slots never held one.
+        bad = first_bad((serial[live] < 0) | (serial[live] >= next_serial))
+        require(bad < 0, f"{where}['slot_serial'][{bad}] = {serial[bad] if bad >= 0 else 0} must lie in "
+                         f"[0, next_serial={next_serial}) for a stored example (size {size})")
+        require(len(np.unique(serial[live])) == size, f"{where}['slot_serial'] gives two stored examples one serial")
+        for name, values, value in (("slot_serial", serial, -1), ("added_at_call", added_at, 0), ("visits", visits, 0)):
+            bad = first_bad(values[empty] != value)
+            require(bad < 0, f"{where}[{name!r}][{size + bad}] must be {value} for an empty slot (size {size})")
+        bad = first_bad((added_at[live] < 0) | (added_at[live] >= max(counts["add_calls"], 1)))
+        require(bad < 0, f"{where}['added_at_call'][{bad}] must lie in [0, add_calls={counts['add_calls']})")
+        bad = first_bad(visits < 0)
+        require(bad < 0, f"{where}['visits'][{bad}] must be >= 0")
+        require(counts["added"] == next_serial, f"{where}: counters['added'] = {counts['added']} must equal "
+                                                f"next_serial = {next_serial} (one serial per added example)")
+        last_add = array(state, "last_add_slots", where, (-1,), "iu", np.int64)
+        require(bool(((last_add >= 0) & (last_add < size)).all()) and len(np.unique(last_add)) == len(last_add),
+                f"{where}['last_add_slots'] must be distinct stored slots in [0, {size}), got {last_add}")
+        features = None
+        if field(state, "features", where) is not None:
+            features = array(state, "features", where, (n, -1), "fiu", np.float64)
+            require(bool(np.isfinite(features).all()), f"{where}['features'] must be finite")
+        require(features is not None or not (self.strategy.init.feature_based and size),
+                f"{where}['features'] is missing, but initializer {self.strategy.init.name!r} reads features")
+        rng = rng_words(state, "rng", where)
+        storage = self.storage.checked_state(field(state, "storage", where))
+        require(storage[0] or not size, f"{where}['storage'] holds no fields, but size is {size}")
+        self.strategy.load_state_dict(field(state, "strategy", where))  # all parts or none; the last check
+        # Everything is checked: from here on nothing can fail.
+        self.storage.commit_state(storage)
+        self.size, self.next_serial = size, next_serial
+        self.weights[:] = weights  # in place: the read view keeps pointing here
+        self.meta[:, SERIAL] = serial
+        self.meta[:, ADDED_AT] = added_at
+        self.meta[:, VISITS] = visits
+        self.meta[:, MARK] = -1
+        self.last_add_slots = last_add
+        self.features = features
+        self.counters = counts
+        self.rng_state = rng
+        self.tree.clear()
+        self._set_weights(np.arange(size, dtype=np.int64), weights[:size].copy())
+        self._epoch = 0

@@ -22,6 +22,7 @@ import numpy as np
 from .buffer import ReplayBuffer, Sample
 from .locked import LockedBuffer
 from .rate_limiter import RateLimiter, credit_limiter
+from .state_checks import field, integer, number
 from .workers import OrderedFeed, ProducerPool
 
 
@@ -276,18 +277,35 @@ class ReplayDataLoader:
         return state
 
     def load_state_dict(self, state: Mapping) -> None:
-        """Restore the buffer and the position; a source without state_dict is fast-forwarded on next iter."""
+        """Restore the buffer and the position; a source without state_dict is fast-forwarded on next iter.
+
+        All or nothing: the loader's own values are checked first, and if the buffer refuses its state, a source
+        that was already restored gets its previous state back."""
         if self._pace is not None:
             raise RuntimeError("load_state_dict while a background pass runs; finish or break out of it first")
-        self.buffer.load_state_dict(state["buffer"])
-        self.step = int(state["step"])
-        self.consumed = int(state["consumed"])
-        self._credit = float(state["credit"])
+        where = "loader state"
+        step = integer(state, "step", where, 0)
+        consumed = integer(state, "consumed", where, 0)
+        credit = number(state, "credit", where)
+        limiter = None
         if self.rate_limiter is not None and "rate_limiter" in state:
-            self.rate_limiter.load_state_dict(state["rate_limiter"])
-        if "source" in state and hasattr(self.source, "load_state_dict"):
+            limiter = self.rate_limiter.checked_state(state["rate_limiter"])
+        buffer_state = field(state, "buffer", where)
+        restores_source = "source" in state and hasattr(self.source, "load_state_dict")
+        previous_source = None
+        if restores_source:
+            previous_source = self.source.state_dict() if hasattr(self.source, "state_dict") else None
             self.source.load_state_dict(state["source"])
-        else:
+        try:
+            self.buffer.load_state_dict(buffer_state)
+        except Exception:
+            if previous_source is not None:
+                self.source.load_state_dict(previous_source)
+            raise
+        self.step, self.consumed, self._credit = step, consumed, credit
+        if limiter is not None:
+            self.rate_limiter.commit_state(limiter)
+        if not restores_source:
             self._skip = self.consumed
         self._resuming = True
 

@@ -22,8 +22,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+
+from .state_checks import integer
 
 
 class RateLimitTimeout(TimeoutError):
@@ -184,9 +187,16 @@ class RateLimiter:
             return {"inserts": self.inserts, "samples": self.samples}
 
     def load_state_dict(self, state: Mapping) -> None:
+        self.commit_state(self.checked_state(state))
+
+    @staticmethod
+    def checked_state(state: Any) -> tuple[int, int]:
+        """The counts a `state_dict` holds, checked (raises `InvalidState` before anything changes)."""
+        return (integer(state, "inserts", "rate limiter state", 0), integer(state, "samples", "rate limiter state", 0))
+
+    def commit_state(self, counts: tuple[int, int]) -> None:
         with self._cond:
-            self.inserts = int(state["inserts"])
-            self.samples = int(state["samples"])
+            self.inserts, self.samples = counts
             self.diff_range = [np.inf, -np.inf]
             self._record()
 

@@ -27,6 +27,8 @@ import numpy as np
 from .kernels.rng import seed_state, uniforms
 from .feedback import check_feedback_array
 from .kernels.sampler import OUT_OF_RANGE, resolve_feedback
+from .state_checks import (array, counters, field, finite_nonnegative, integer, require, rng_words,
+                           same_config)
 from .storage import to_numpy
 from .strategies import KNOWN_FEEDBACK, Initializer, LossValue, MeanWeight, WeightUpdate
 from .sumtree import SumTree
@@ -343,26 +345,46 @@ class PrioritizedSampler:
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a `state_dict` of a sampler with the same configuration; the next batch is the one that would
-        have followed."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')!r} is not supported (expected {STATE_VERSION})")
-        for key, value in self._config().items():
-            if state["config"][key] != value:
-                raise ValueError(f"checkpoint has {key}={state['config'][key]!r} but this sampler has {key}={value!r}")
-        rng = np.asarray(state["rng"])
-        if rng.shape != (4,) or rng.dtype != np.uint64:
-            raise ValueError(f"checkpoint rng state must be 4 uint64 words, got dtype {rng.dtype} shape {rng.shape}")
-        self.update_rule.bind(self.num_examples)
-        self.update_rule.load_state_dict(state["update"])
-        self.init.load_state_dict(state["init"])
-        self.rng_state = rng.copy()
-        self.weights = np.array(state["weights"], np.float64)
-        self.visits = np.array(state["visits"], np.int64)
-        self.measured = np.array(state["measured"], bool)
-        self.last_drawn_epoch = np.array(state["last_drawn_epoch"], np.int64)
-        self.epoch, self.position, self.step = int(state["epoch"]), int(state["position"]), int(state["step"])
-        self.order = np.array(state["order"], np.int64)
-        self.counters = {k: int(v) for k, v in state["counters"].items()}
+        have followed. All or nothing: every value is checked first (`state_checks.InvalidState` names the bad
+        field) and a refused state leaves the sampler exactly as it was."""
+        where = "sampler state"
+        require(isinstance(state, Mapping), f"{where} must be a mapping, got {type(state).__name__}")
+        version = state.get("version")
+        require(version == STATE_VERSION, f"state version {version!r} is not supported (expected {STATE_VERSION})")
+        same_config(field(state, "config", where), self._config(), where, "sampler")
+        n = self.num_examples
+        weights = array(state, "weights", where, (n,), "fiu", np.float64)
+        finite_nonnegative(weights, f"{where}['weights']")
+        visits = array(state, "visits", where, (n,), "iu", np.int64)
+        require(not (visits < 0).any(), f"{where}['visits'] must be >= 0")
+        measured = array(state, "measured", where, (n,), "b", np.bool_)
+        epoch = integer(state, "epoch", where, 0)
+        position = integer(state, "position", where, 0, len(self) - 1)
+        step = integer(state, "step", where, 0)
+        last_drawn = array(state, "last_drawn_epoch", where, (n,), "iu", np.int64)
+        require(bool(((last_drawn >= -1) & (last_drawn <= epoch)).all()),
+                f"{where}['last_drawn_epoch'] must lie in [-1, epoch={epoch}]")
+        order = array(state, "order", where, (-1,), "iu", np.int64)
+        in_warmup_pass = epoch < self.warmup_epochs and position > 0
+        require(len(order) == (n if in_warmup_pass else len(order)) and len(order) in (0, n)
+                and (not len(order) or np.array_equal(np.sort(order), np.arange(n))),
+                f"{where}['order'] must be a permutation of the {n} indices during a warm-up pass, else empty "
+                f"(got {len(order)} entries at epoch {epoch}, position {position})")
+        rng = rng_words(state, "rng", where)
+        counts = counters(state, "counters", where, self.counters)
+        update_state, init_state = field(state, "update", where), field(state, "init", where)
+        previous_update = self.update_rule.state_dict()
+        self.update_rule.load_state_dict(update_state)
+        try:
+            self.init.load_state_dict(init_state)
+        except Exception:
+            self.update_rule.load_state_dict(previous_update)
+            raise
+        # Everything is checked: from here on nothing can fail.
+        self.rng_state = rng
+        self.weights, self.visits, self.measured, self.last_drawn_epoch = weights, visits, measured, last_drawn
+        self.epoch, self.position, self.step = epoch, position, step
+        self.order = order
+        self.counters = counts
         self.tree.clear()
-        self._set_weights(np.arange(self.num_examples), self.weights.copy())
-
+        self._set_weights(np.arange(n), self.weights.copy())

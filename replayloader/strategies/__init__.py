@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..state_checks import field
+
 from .evictions import FIFO, EvictLowest, Eviction
 from .initializers import (BufferView, Initializer, LeastSquares, LinUCB, MaxWeight, MeanWeight,
                            TokenIdFeatures)
@@ -33,14 +35,33 @@ class Strategy:
         return {"init": self.init.name, "update": self.update.name, "evict": self.evict.name,
                 "no_replay": self.no_replay}
 
+    def bind(self, capacity: int) -> None:
+        """Size the parts' per-slot memory for a buffer of ``capacity`` (called once by the buffer)."""
+        self.update.bind(capacity)
+        self.evict.bind(capacity)
+
+    def _parts(self) -> dict:
+        return {"init": self.init, "update": self.update, "evict": self.evict}
+
     def state_dict(self) -> dict:
-        return {"init": self.init.state_dict(), "update": self.update.state_dict(),
-                "evict": self.evict.state_dict()}
+        return {name: part.state_dict() for name, part in self._parts().items()}
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.init.load_state_dict(state["init"])
-        self.update.load_state_dict(state["update"])
-        self.evict.load_state_dict(state["evict"])
+        """All three parts or none: if one part refuses its state, the parts already loaded get their previous
+        state back (a user's part may not check its input; the built-in ones check everything first)."""
+        parts = self._parts()
+        for name in parts:
+            field(state, name, "strategy state")
+        previous = {name: part.state_dict() for name, part in parts.items()}
+        loaded = []
+        try:
+            for name, part in parts.items():
+                loaded.append(name)
+                part.load_state_dict(state[name])
+        except Exception:
+            for name in loaded:
+                parts[name].load_state_dict(previous[name])
+            raise
 
     def __repr__(self) -> str:
         d = self.describe()

@@ -16,6 +16,7 @@ from numba import njit
 from ..kernels.buffer import place
 from ..kernels.tree import select_lowest
 from ..sumtree import SumTree
+from ..state_checks import integer
 from .fused import FusedStep, drop_inherited_step, overrides
 
 
@@ -48,11 +49,15 @@ class Eviction:
     def commit(self, tree: SumTree, slots: np.ndarray) -> None:
         """The buffer overwrote `slots` (the ones `choose` gave)."""
 
+    def bind(self, capacity: int) -> None:
+        """Learn the buffer's capacity (called once by the buffer), so a loaded state can be checked against it."""
+        self.capacity = capacity
+
     def state_dict(self) -> dict:
         return {}
 
     def load_state_dict(self, state: Mapping) -> None:
-        pass
+        """Restore `state_dict`; a subclass with state checks every value before assigning any (`state_checks`)."""
 
 
 class EvictLowest(Eviction):
@@ -94,7 +99,8 @@ class FIFO(Eviction):
         return {"next_slot": self.next_slot}
 
     def load_state_dict(self, state):
-        self.next_slot = int(state["next_slot"])
+        high = getattr(self, "capacity", None)
+        self.next_slot = integer(state, "next_slot", "fifo state", 0, None if high is None else high - 1)
 
 
 @njit(cache=True, nogil=True)

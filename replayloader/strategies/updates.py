@@ -20,6 +20,7 @@ from numba import njit
 
 from ..kernels.buffer import forget, resolve_ids, write_rule_result
 from ..storage import to_numpy
+from ..state_checks import array, finite_nonnegative, require
 from .fused import FusedStep, drop_inherited_step, overrides
 
 #: Every feedback keyword the buffer understands; others are rejected as typos.
@@ -80,7 +81,7 @@ class WeightUpdate:
         return {}
 
     def load_state_dict(self, state: Mapping) -> None:
-        pass
+        """Restore `state_dict`; a subclass with state checks every value before assigning any (`state_checks`)."""
 
 
 class SetWeight(WeightUpdate):
@@ -173,8 +174,12 @@ class LossDifference(WeightUpdate):
         return {"last_loss": self.last_loss.copy(), "mode": self.mode}
 
     def load_state_dict(self, state):
-        self.last_loss = np.array(state["last_loss"], np.float64)
-        self.mode = state.get("mode", self.mode)
+        where = "loss_diff state"
+        last_loss = array(state, "last_loss", where, self.last_loss.shape, "fiu", np.float64)
+        finite_nonnegative(last_loss, f"{where}['last_loss']", allow_nan=True)  # NaN: no loss remembered yet
+        mode = state.get("mode", self.mode) if isinstance(state, Mapping) else self.mode
+        require(mode in ("abs", "decrease"), f"{where}['mode'] must be 'abs' or 'decrease', got {mode!r}")
+        self.last_loss, self.mode = last_loss, mode
 
 
 @njit(cache=True, nogil=True)
