@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from replayloader import PrioritizedSampler, ReplayBuffer, ReplayDataLoader, load_state, save_state
@@ -297,7 +297,9 @@ def _set(state, path, value):
 
 
 _DELETE = object()
-_FIELD_EDITS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# A longer run for results/state_faults.md: STATE_FAULT_EXAMPLES=3000 (see that file for the command).
+_EXAMPLES = int(os.environ.get("STATE_FAULT_EXAMPLES", "120"))
+_FIELD_EDITS = settings(max_examples=_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @_FIELD_EDITS
@@ -318,8 +320,10 @@ def test_random_field_edits_are_refused_unchanged_or_leave_a_working_buffer(name
     except (InvalidState, ValueError) as err:  # InvalidState, or a user-facing ValueError with the field named
         assert str(err)
         assert_state_equal(before, buffer.state_dict())
+        event(f"refused ({type(err).__name__})")
     else:
         assert_usable(buffer)
+        event("accepted, and the buffer works")
 
 
 @_FIELD_EDITS
@@ -343,7 +347,9 @@ def test_random_sampler_field_edits_are_refused_unchanged_or_accepted(pick, how,
     except (InvalidState, ValueError) as err:
         assert str(err)
         assert_state_equal(before, sampler.state_dict())
+        event(f"refused ({type(err).__name__})")
     else:
+        event("accepted, and the sampler works")
         for _ in range(3):
             batch = sampler.next_batch()
             assert ((batch.indices >= 0) & (batch.indices < 60)).all()
@@ -359,7 +365,7 @@ def saved_file(tmp_path_factory):
     return path, state
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=max(150, _EXAMPLES), deadline=None)
 @given(edits=st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), min_size=1, max_size=4),
        truncate=st.one_of(st.none(), st.integers(0, 10**9)))
 def test_random_byte_edits_are_detected_or_harmless(saved_file, tmp_path_factory, edits, truncate):
@@ -375,8 +381,10 @@ def test_random_byte_edits_are_detected_or_harmless(saved_file, tmp_path_factory
         loaded = load_state(damaged)
     except StateFileError as err:
         assert str(damaged) in str(err)
+        event("refused (StateFileError)")
     else:  # the edit hit bytes that carry nothing (zip padding, a timestamp): the content is intact
         assert_state_equal(state, loaded)
+        event("loaded, content identical")
 
 
 def test_a_missing_or_empty_file_is_named(tmp_path):
