@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .buffer import ReplayBuffer, Sample
+from .deferred import DeferredFeedback
 from .locked import LockedBuffer
 from .rate_limiter import RateLimiter, credit_limiter
 from .state_checks import field, integer, number
@@ -57,13 +58,17 @@ class ReplayDataLoader:
         timeout: seconds the training loop waits for background data before `RateLimitTimeout` (without a
             rate limiter; a rate limiter has its own).
         start_method: multiprocessing start method for process workers.
+        defer_feedback: `feedback` only starts moving the signals to the host (`deferred.DeferredFeedback`); they
+            reach the buffer just before the next produced batch is added (before the next sample with
+            workers), so a GPU step never waits for its feedback copy. Same results; an invalid value is
+            reported one step later.
     """
 
     def __init__(self, producer: Callable[..., Any], buffer: ReplayBuffer, batch_size: int,
                  replay_ratio: float = 1, source: Iterable | None = None, steps: int | None = None,
                  min_size: int = 0, workers: int = 0, worker_kind: str = "thread", queue_size: int | None = None,
                  rate_limiter: RateLimiter | None = None, timeout: float = 60.0,
-                 start_method: str = "spawn") -> None:
+                 start_method: str = "spawn", defer_feedback: bool = False) -> None:
         if not callable(producer):
             raise TypeError(f"producer must be callable, got {type(producer).__name__}")
         if not isinstance(buffer, ReplayBuffer):
@@ -83,6 +88,7 @@ class ReplayDataLoader:
         self.buffer = buffer
         self.shared = LockedBuffer(buffer)
         self.lock = self.shared.lock  # held around every buffer call; hold it yourself for buffer calls of your own
+        self._deferred = DeferredFeedback(self.shared.update) if defer_feedback else None
         self.batch_size = int(batch_size)
         self.replay_ratio = float(replay_ratio)
         self.source = source
@@ -143,6 +149,7 @@ class ReplayDataLoader:
                 self.consumed += 1
             produced = self.producer() if self.source is None else self.producer(item)
             examples, aux = _split(produced)
+            self.flush_feedback()  # the producer's device work is queued: now wait for the last step's feedback
             with self.lock:
                 self.buffer.add(examples)
                 fresh_slots = self.buffer.last_add_slots
@@ -215,6 +222,7 @@ class ReplayDataLoader:
         finished = False
         try:
             while True:
+                self.flush_feedback()
                 began = time.perf_counter()
                 admitted = limiter.acquire_sample(self.batch_size if per_example else 1)
                 meter["learner_wait"] += time.perf_counter() - began
@@ -241,8 +249,17 @@ class ReplayDataLoader:
             self.consumed = 0
 
     def feedback(self, batch: Sample, **signals: Any) -> int:
-        """Route per-example signals (loss=, grad_norm=, ...) for a yielded batch to the buffer's strategy."""
+        """Route per-example signals (loss=, grad_norm=, ...) for a yielded batch to the buffer's strategy; returns
+        how many weights changed (0 with ``defer_feedback``: they change at the next `flush_feedback`)."""
+        if self._deferred is not None:
+            self._deferred.push(batch.ids, **signals)
+            return 0
         return self.shared.update(batch.ids, **signals)
+
+    def flush_feedback(self) -> int:
+        """Apply deferred feedback now (the loader does it before it next adds or samples, and before
+        `state_dict`); returns how many weights changed."""
+        return 0 if self._deferred is None or not len(self._deferred) else self._deferred.flush()
 
     def stats(self) -> dict[str, float]:
         """Throughput and waiting since the first pass began: inserted and sampled examples per second, seconds
@@ -262,6 +279,7 @@ class ReplayDataLoader:
         """Buffer, position and pacing. With workers running, a consistent snapshot: it holds the lock, so no
         produced batch enters the buffer meanwhile, and it records the position of the last batch added
         (batches still in flight are produced again after a resume)."""
+        self.flush_feedback()  # feedback already given belongs to the state
         with self.lock:
             credit = self._credit if self._pace is None or self.rate_limiter is not None else self._pace.diff
             state = {"step": self.step, "consumed": self.consumed, "credit": credit,
