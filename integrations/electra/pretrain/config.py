@@ -105,6 +105,9 @@ class PretrainConfig:
                                         "before it fails (so a lost peer cannot hang the job)", RUN)
     amp: str = option("none", "autocast on CUDA: none, bf16 or fp16", RUN)
     compile: bool = option(False, "torch.compile the discriminator (CUDA only)", RUN)
+    defer_feedback: bool = option(False, "hand each step's per-example feedback to the buffer just before the next "
+                                         "step's examples are added, after its generator work is queued, so a CUDA "
+                                         "step never waits for the copy (same results)", RUN)
     progress: bool = option(True, "no progress bar", RUN)
     export_hf: bool = option(True, "do not export Hugging Face model directories at the end", RUN)
 

@@ -100,7 +100,8 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
                           seed=buffer_seed)
     producer = CorruptionProducer(generator, special, cfg.mask_prob, cfg.mask_token_prob, autocast,
                                   cfg.replacements)
-    loader = ReplayDataLoader(producer, buffer, batch_size=batch_size, source=stream, steps=cfg.steps)
+    loader = ReplayDataLoader(producer, buffer, batch_size=batch_size, source=stream, steps=cfg.steps,
+                              defer_feedback=cfg.defer_feedback)
     feedback = make_feedback(feedback_kind, pair.discriminator, cfg.discriminator_weight, cfg.grad_norm_method)
 
     start_step = 0
