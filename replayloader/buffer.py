@@ -25,8 +25,8 @@ from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_a
                              first_invalid, place, resolve_ids, write_weights)
 from .kernels.rng import seed_state
 from .feedback import as_feedback_array, invalid_value
-from .state_checks import (array, counters, field, finite_nonnegative, first_bad, integer, require, rng_words,
-                           same_config)
+from .state_checks import (array as state_array, counters, field, finite_nonnegative, first_bad, integer, require, rng_words,
+                           check_header)
 from .storage import Storage, to_numpy
 from .strategies import KNOWN_FEEDBACK, Strategy, WeightUpdate
 from .sumtree import SumTree
@@ -422,20 +422,16 @@ class ReplayBuffer:
         state, the stored data); a state that fails any check raises `state_checks.InvalidState` naming the
         field, and the buffer is exactly as it was. Nothing loaded reaches a compiled kernel unchecked.
         """
-        where = "buffer state"
-        require(isinstance(state, Mapping), f"{where} must be a mapping, got {type(state).__name__}")
-        version = state.get("version")
-        require(version == STATE_VERSION, f"state version {version!r} is not supported (expected {STATE_VERSION})")
-        same_config(field(state, "config", where), self._config(), where, "buffer")
+        where = check_header(state, STATE_VERSION, self._config(), "buffer")
         n = self.capacity
         size = integer(state, "size", where, 0, n)
         next_serial = integer(state, "next_serial", where, size)
         counts = counters(state, "counters", where, self.counters)
-        weights = array(state, "weights", where, (n,), "fiu", np.float64)
+        weights = state_array(state, "weights", where, (n,), "fiu", np.float64)
         finite_nonnegative(weights, f"{where}['weights']")
-        serial = array(state, "slot_serial", where, (n,), "iu", np.int64)
-        added_at = array(state, "added_at_call", where, (n,), "iu", np.int64)
-        visits = array(state, "visits", where, (n,), "iu", np.int64)
+        serial = state_array(state, "slot_serial", where, (n,), "iu", np.int64)
+        added_at = state_array(state, "added_at_call", where, (n,), "iu", np.int64)
+        visits = state_array(state, "visits", where, (n,), "iu", np.int64)
         live = slice(0, size)
         empty = slice(size, n)
         # Slots fill in order and are only reused once the buffer is full, so the stored examples sit in slots
@@ -453,12 +449,12 @@ class ReplayBuffer:
         require(bad < 0, f"{where}['visits'][{bad}] must be >= 0")
         require(counts["added"] == next_serial, f"{where}: counters['added'] = {counts['added']} must equal "
                                                 f"next_serial = {next_serial} (one serial per added example)")
-        last_add = array(state, "last_add_slots", where, (-1,), "iu", np.int64)
+        last_add = state_array(state, "last_add_slots", where, (-1,), "iu", np.int64)
         require(bool(((last_add >= 0) & (last_add < size)).all()) and len(np.unique(last_add)) == len(last_add),
                 f"{where}['last_add_slots'] must be distinct stored slots in [0, {size}), got {last_add}")
         features = None
         if field(state, "features", where) is not None:
-            features = array(state, "features", where, (n, -1), "fiu", np.float64)
+            features = state_array(state, "features", where, (n, -1), "fiu", np.float64)
             require(bool(np.isfinite(features).all()), f"{where}['features'] must be finite")
         require(features is not None or not (self.strategy.init.feature_based and size),
                 f"{where}['features'] is missing, but initializer {self.strategy.init.name!r} reads features")

@@ -28,7 +28,7 @@ from .kernels.rng import seed_state, uniforms
 from .feedback import check_feedback_array
 from .kernels.sampler import OUT_OF_RANGE, resolve_feedback
 from .state_checks import (array, counters, field, finite_nonnegative, integer, require, rng_words,
-                           same_config)
+                           check_header)
 from .storage import to_numpy
 from .strategies import KNOWN_FEEDBACK, Initializer, LossValue, MeanWeight, WeightUpdate
 from .sumtree import SumTree
@@ -347,11 +347,7 @@ class PrioritizedSampler:
         """Restore a `state_dict` of a sampler with the same configuration; the next batch is the one that would
         have followed. All or nothing: every value is checked first (`state_checks.InvalidState` names the bad
         field) and a refused state leaves the sampler exactly as it was."""
-        where = "sampler state"
-        require(isinstance(state, Mapping), f"{where} must be a mapping, got {type(state).__name__}")
-        version = state.get("version")
-        require(version == STATE_VERSION, f"state version {version!r} is not supported (expected {STATE_VERSION})")
-        same_config(field(state, "config", where), self._config(), where, "sampler")
+        where = check_header(state, STATE_VERSION, self._config(), "sampler")
         n = self.num_examples
         weights = array(state, "weights", where, (n,), "fiu", np.float64)
         finite_nonnegative(weights, f"{where}['weights']")

@@ -125,6 +125,16 @@ def counters(state: Any, key: str, where: str, names: Mapping[str, int]) -> dict
     return {name: integer(value, name, f"{where}[{key!r}]", 0) for name in names}
 
 
+def check_header(state: Any, version: int, config: Mapping[str, Any], what: str) -> str:
+    """A state mapping of this ``version`` whose saved config equals ``config``; returns the name used in errors."""
+    where = f"{what} state"
+    require(isinstance(state, Mapping), f"{where} must be a mapping, got {type(state).__name__}")
+    saved = state.get("version")
+    require(saved == version, f"state version {saved!r} is not supported (expected {version})")
+    same_config(field(state, "config", where), config, where, what)
+    return where
+
+
 def same_config(saved: Any, mine: Mapping[str, Any], where: str, what: str) -> None:
     """The saved configuration equals this object's, key by key."""
     require(isinstance(saved, Mapping), f"{where}['config'] must be a mapping, got {type(saved).__name__}")

@@ -296,6 +296,28 @@ def _set(state, path, value):
         node[path[-1]] = value
 
 
+def _load_damaged(obj, pick: int, how: int, delete: bool) -> bool:
+    """Damage one random leaf of ``obj``'s state and load it: True if accepted; if refused, the error must be
+    a `ValueError` (`InvalidState` or one naming the field) and ``obj`` unchanged."""
+    state = obj.state_dict()
+    paths = list(_leaves(state))
+    path = paths[pick % len(paths)]
+    node = state
+    for key in path:
+        node = node[key]
+    _set(state, path, _DELETE if delete and not isinstance(path[-1], int) else _edit(node, how, random.Random(pick)))
+    before = obj.state_dict()
+    try:
+        obj.load_state_dict(state)
+    except ValueError as err:
+        assert str(err)
+        assert_state_equal(before, obj.state_dict())
+        event(f"refused ({type(err).__name__})")
+        return False
+    event("accepted, and it works")
+    return True
+
+
 _DELETE = object()
 # A longer run for results/state_faults.md: STATE_FAULT_EXAMPLES=3000 (see that file for the command).
 _EXAMPLES = int(os.environ.get("STATE_FAULT_EXAMPLES", "120"))
@@ -307,23 +329,8 @@ _FIELD_EDITS = settings(max_examples=_EXAMPLES, deadline=None, suppress_health_c
        delete=st.booleans(), seed=st.integers(0, 3))
 def test_random_field_edits_are_refused_unchanged_or_leave_a_working_buffer(name, pick, how, delete, seed):
     buffer = filled_buffer(name, seed=seed)
-    state = buffer.state_dict()
-    paths = list(_leaves(state))
-    path = paths[pick % len(paths)]
-    node = state
-    for key in path:
-        node = node[key]
-    _set(state, path, _DELETE if delete and not isinstance(path[-1], int) else _edit(node, how, random.Random(pick)))
-    before = buffer.state_dict()
-    try:
-        buffer.load_state_dict(state)
-    except (InvalidState, ValueError) as err:  # InvalidState, or a user-facing ValueError with the field named
-        assert str(err)
-        assert_state_equal(before, buffer.state_dict())
-        event(f"refused ({type(err).__name__})")
-    else:
+    if _load_damaged(buffer, pick, how, delete):
         assert_usable(buffer)
-        event("accepted, and the buffer works")
 
 
 @_FIELD_EDITS
@@ -334,22 +341,7 @@ def test_random_sampler_field_edits_are_refused_unchanged_or_accepted(pick, how,
     for _ in range(10):
         batch = sampler.next_batch()
         sampler.update(batch, loss=rng.random(len(batch)))
-    state = sampler.state_dict()
-    paths = list(_leaves(state))
-    path = paths[pick % len(paths)]
-    node = state
-    for key in path:
-        node = node[key]
-    _set(state, path, _DELETE if delete else _edit(node, how, random.Random(pick)))
-    before = sampler.state_dict()
-    try:
-        sampler.load_state_dict(state)
-    except (InvalidState, ValueError) as err:
-        assert str(err)
-        assert_state_equal(before, sampler.state_dict())
-        event(f"refused ({type(err).__name__})")
-    else:
-        event("accepted, and the sampler works")
+    if _load_damaged(sampler, pick, how, delete):
         for _ in range(3):
             batch = sampler.next_batch()
             assert ((batch.indices >= 0) & (batch.indices < 60)).all()
