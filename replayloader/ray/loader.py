@@ -49,7 +49,7 @@ class ActorPool:
         self.free = collections.deque(range(len(self.actors)))
         self.freed_at = [time.perf_counter()] * len(self.actors)
         self.running: dict[Any, tuple[int, int, float]] = {}  # ref -> (index, actor, seconds it sat idle)
-        self.tasks: dict[int, tuple[Any, int]] = {}  # index -> (item, actor), until the index is consumed
+        self.tasks: dict[int, tuple[Any, int, Any]] = {}  # index -> (item, actor, its handle), until consumed
 
     def call(self, actor: int, item: Any) -> Any:
         method = getattr(self.actors[actor], self.method)
@@ -65,7 +65,7 @@ class ActorPool:
             index, item = self.waiting.popleft()
             idle = time.perf_counter() - self.freed_at[actor]
             self.running[self.call(actor, item)] = (index, actor, idle)
-            self.tasks[index] = (item, actor)
+            self.tasks[index] = (item, actor, self.actors[actor])
 
     def get(self, timeout: float) -> tuple[int, bool, Any, float]:
         """The next finished call (any order) as (index, True, its ObjectRef, idle seconds); a failed call is
@@ -86,8 +86,9 @@ class ActorPool:
         self.actors[actor] = handle
 
     def rerun(self, index: int) -> Any:
-        """Call the item of ``index`` again on its actor (after a restart), outside the pool's scheduling."""
-        item, actor = self.tasks[index]
+        """Call the item of ``index`` again on its actor's current handle (after a restart)."""
+        item, actor, _ = self.tasks[index]
+        self.tasks[index] = (item, actor, self.actors[actor])
         return self.call(actor, item)
 
     def close(self, timeout: float = 5.0) -> None:
@@ -241,17 +242,18 @@ class RayReplayLoader:
                 failure = producer_failure(ref)
                 if failure is None:  # the producer's batch is fine: the buffer refused it or failed
                     raise
-            _, actor = pool.tasks[index]
+            _, actor, handle = pool.tasks[index]
             if not isinstance(failure, ray.exceptions.RayActorError):
                 raise WorkerError(f"producer {actor} failed on item {index}; its traceback:\n{failure}") from failure
             if self.restart is None:
                 raise ProducerDied(f"producer {actor} died while producing item {index}; pass restart= to "
                                    f"replace dead producers: {failure}") from failure
-            pool.replace(actor, self.restart(actor))
-            self.producers[actor] = pool.actors[actor]
-            self.restarts.append({"producer": actor, "item": index, "error": str(failure).splitlines()[0]})
-            warnings.warn(f"producer {actor} died while producing item {index}; restarted it", RuntimeWarning,
-                          stacklevel=2)
+            if pool.actors[actor] is handle:  # not yet replaced (later items of a dead actor fail too)
+                pool.replace(actor, self.restart(actor))
+                self.producers[actor] = pool.actors[actor]
+                self.restarts.append({"producer": actor, "item": index, "error": str(failure).splitlines()[0]})
+                warnings.warn(f"producer {actor} died while producing item {index}; restarted it",
+                              RuntimeWarning, stacklevel=2)
             ref = pool.rerun(index)
 
     def feedback(self, batch: ReplayBatch, **signals: Any) -> int:
