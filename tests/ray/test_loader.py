@@ -91,11 +91,12 @@ def test_timeouts_name_the_side(producers):
                              rate_limiter=RateLimiter(1.0, min_size=8, error_buffer=8, timeout=0.5))
     with pytest.raises(RateLimitTimeout, match="the learner waited"):
         next(iter(loader))
-    loader = RayReplayLoader(producers, buffer, 8, source=range(40),
-                             rate_limiter=RateLimiter(1.0, min_size=8, error_buffer=8, timeout=2.0))
+    limiter = RateLimiter(1.0, min_size=8, error_buffer=8, timeout=30.0)
+    limiter.insert_timeout = 1.0  # producers give up first, however slowly the machine serves the first batch
+    loader = RayReplayLoader(producers, buffer, 8, source=range(40), rate_limiter=limiter)
     batches = iter(loader)
     next(batches)
-    time.sleep(3.0)  # the learner stalls: producers wait past the limiter's timeout
+    time.sleep(2.0)  # the learner stalls: producers wait past their timeout
     with pytest.raises(WorkerError, match="a producer waited"):
         for _ in batches:
             pass
