@@ -92,6 +92,25 @@ def q_network() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2))
 
 
+def td_errors(q: nn.Module, target: nn.Module, data: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Double-DQN targets y and the predictions Q(s, a) of a batch of transitions (tensors)."""
+    with torch.no_grad():
+        best = q(data["next_obs"]).argmax(1, keepdim=True)
+        y = data["reward"] + GAMMA * (1 - data["done"]) * target(data["next_obs"]).gather(1, best).squeeze(1)
+    return y, q(data["obs"]).gather(1, data["action"][:, None]).squeeze(1)
+
+
+def learn(q: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer, batch) -> torch.Tensor:
+    """One importance-weighted update on a sampled batch; returns its new priorities |TD error| + 1e-3."""
+    y, predicted = td_errors(q, target, {k: torch.as_tensor(v) for k, v in batch.data.items()})
+    loss = (torch.as_tensor(batch.weights, dtype=torch.float32)
+            * nn.functional.smooth_l1_loss(predicted, y, reduction="none")).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return (y - predicted).detach().abs() + 1e-3
+
+
 def train(seed: int, env_steps: int, workers: int) -> dict:
     torch.manual_seed(seed)
     q = q_network()
@@ -107,18 +126,7 @@ def train(seed: int, env_steps: int, workers: int) -> dict:
         loader = ReplayDataLoader(actor, buffer, BATCH, steps=calls, min_size=WARMUP)
     start = time.perf_counter()
     for updates, batch in enumerate(loader, 1):
-        d = {k: torch.as_tensor(v) for k, v in batch.data.items()}
-        with torch.no_grad():
-            best = q(d["next_obs"]).argmax(1, keepdim=True)  # double DQN target
-            y = d["reward"] + GAMMA * (1 - d["done"]) * target(d["next_obs"]).gather(1, best).squeeze(1)
-        predicted = q(d["obs"]).gather(1, d["action"][:, None]).squeeze(1)
-        td = y - predicted
-        loss = (torch.as_tensor(batch.weights, dtype=torch.float32)
-                * nn.functional.smooth_l1_loss(predicted, y, reduction="none")).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        loader.feedback(batch, weight=td.detach().abs() + 1e-3)
+        loader.feedback(batch, weight=learn(q, target, optimizer, batch))
         if updates % 250 == 0:
             actor.refresh(q)
         if updates % 500 == 0:
