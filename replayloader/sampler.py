@@ -26,6 +26,7 @@ import numpy as np
 
 from .kernels.rng import seed_state, uniforms
 from .feedback import check_values, read_feedback
+from .kernels.buffer import tree_priorities
 from .kernels.sampler import OUT_OF_RANGE, resolve_feedback
 from .storage import to_numpy
 from .strategies import Initializer, LossValue, MeanWeight, WeightUpdate
@@ -178,11 +179,11 @@ class PrioritizedSampler:
 
     # ------------------------------------------------------------------ weights
     def _set_weights(self, indices: np.ndarray, weights: np.ndarray | float) -> None:
-        # One weight each, even when the initializer gave one number for all: numpy's vectorised power can
-        # differ from its scalar power in the last bit, and a restored tree is rebuilt from per-index weights.
+        # One weight each, even when the initializer gave one number for all, and w^alpha by the buffer's own
+        # kernel: a restored tree, rebuilt from per-index weights, then holds the very same priorities.
         weights = np.maximum(np.broadcast_to(np.asarray(weights, np.float64), np.shape(indices)), self.floor)
         self.weights[indices] = weights
-        self.tree.set(indices, weights ** self.alpha if self.alpha != 1.0 else weights)
+        self.tree.set(indices, tree_priorities(weights, self.alpha, self.tree.nodes))
 
     def _score_unmeasured(self) -> None:
         """Examples without feedback get the initializer's current weight (e.g. the mean measured weight)."""
