@@ -26,7 +26,7 @@ from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_a
 from .kernels.rng import seed_state
 from .feedback import invalid_value, read_feedback
 from .storage import Storage, to_numpy
-from .strategies import Strategy
+from .strategies import Strategy, TreeReadView
 from .sumtree import SumTree
 
 STATE_VERSION = 2
@@ -134,6 +134,7 @@ class ReplayBuffer:
                          "updated": 0, "stale_feedback": 0, "first_visits": 0, "sampled_age_sum": 0}
         self.strategy.update.bind(self.capacity)
         self.view = BufferReadView(self)
+        self.tree_view = TreeReadView(self.tree)  # what evictions see of the tree
         self._beta_arg = -1.0 if self.beta is None else self.beta  # the kernel's "no importance weights"
         self._stratified = self.sampling == "stratified"
 
@@ -182,7 +183,7 @@ class ReplayBuffer:
         else:
             victims = _EMPTY_I64
             if n_evicted:
-                victims = np.ascontiguousarray(evict.choose(tree, n_evicted), np.int64)
+                victims = np.ascontiguousarray(evict.choose(self.tree_view, n_evicted), np.int64)
                 if victims.shape != (n_evicted,):
                     raise ValueError(f"eviction {evict.name!r} chose {victims.shape} slots, expected ({n_evicted},)")
                 stamp = -2 - self.counters["add_calls"]  # new for every add, never an update's epoch
@@ -195,7 +196,7 @@ class ReplayBuffer:
         self.storage.write(slots, batch, run_start)
         # From here on the buffer changes.
         if evict.commits:
-            evict.commit(tree, slots[n - n_evicted:])
+            evict.commit(self.tree_view, slots[n - n_evicted:])
         if features is not None:
             if self.features is None:
                 self.features = np.zeros((self.capacity, features.shape[1]))

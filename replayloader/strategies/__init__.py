@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .evictions import FIFO, EvictLowest, Eviction
+from .evictions import FIFO, EvictLowest, Eviction, TreeReadView
 from .initializers import (BufferView, Initializer, LeastSquares, LinUCB, MaxWeight, MeanWeight,
                            TokenIdFeatures)
 from .updates import (GradBound, GradNorm, LossDifference, LossValue, SetWeight, WeightUpdate,
@@ -91,7 +91,7 @@ def by_name(name: str) -> Strategy:
 
 __all__ = ["Strategy", "NoReplay", "by_name", "Initializer", "MeanWeight", "MaxWeight", "LeastSquares", "LinUCB",
            "TokenIdFeatures", "BufferView", "WeightUpdate", "LossDifference", "GradNorm", "GradBound", "LossValue",
-           "SetWeight", "Eviction", "EvictLowest", "FIFO", "grad_bound_sigmoid",
+           "SetWeight", "Eviction", "EvictLowest", "FIFO", "TreeReadView", "grad_bound_sigmoid",
            "grad_bound_softmax", "strategy_names"]
 
 
