@@ -1,10 +1,12 @@
-"""Paired before/after timing of `ReplayBuffer.add` and `ReplayBuffer.update(loss=)` alone (the calls whose
-feedback validation or eviction hook a change touched): two copies of the package imported side by side in one
+"""Paired before/after timing of `ReplayBuffer.add`, `ReplayBuffer.update(loss=)` and
+`PrioritizedSampler.update(loss=)` alone (the calls whose feedback validation, eviction hook or w^alpha a change
+touched): two copies of the package imported side by side in one
 process, their calls interleaved, so machine load hits both alike.
 
 Set-up: copy an old checkout's `replayloader/` to DIR/replayloader_before and this one's to DIR/replayloader_after,
 then `OMP_NUM_THREADS=1 PYTHONPATH=DIR python bench/paired_update_add.py [N] [REPS]`. The buffer is the paper's
-(`loss_diff`: mean init, loss difference, evict lowest), full, K = 128 examples of 128 tokens per call. Prints the
+(`loss_diff`: mean init, loss difference, evict lowest), full, K = 128 examples of 128 tokens per call; the
+sampler has N indices, batches of K, alpha 0.6, past its warm-up, default `LossValue`. Prints the
 median µs of each call for each copy and the median of the per-pair ratios after/before with its interquartile
 range.
 """
@@ -50,8 +52,17 @@ def paired(before, after):
     return tb * 1e6, ta * 1e6
 
 
+def make_sampler(mod):
+    rng = np.random.default_rng(0)
+    sampler = mod.PrioritizedSampler(n, k, alpha=0.6, beta=0.4, seed=0, warmup_epochs=0)
+    batches = [sampler.next_batch() for _ in range(8)]
+    losses = [rng.uniform(0.01, 1.0, k) for _ in range(8)]
+    return lambda r: sampler.update(batches[r % 8], loss=losses[r % 8])
+
+
 (add_b, update_b), (add_a, update_a) = make(B), make(A)
-for label, (before, after) in (("add", (add_b, add_a)), ("update(loss=)", (update_b, update_a))):
+for label, (before, after) in (("add", (add_b, add_a)), ("update(loss=)", (update_b, update_a)),
+                               ("PrioritizedSampler.update(loss=)", (make_sampler(B), make_sampler(A)))):
     tb, ta = paired(before, after)
     ratio = ta / tb
     print(f"{label} N={n} K={k}: before {np.median(tb):.2f} µs, after {np.median(ta):.2f} µs, median ratio "

@@ -181,7 +181,9 @@ class PrioritizedSampler:
     def _set_weights(self, indices: np.ndarray, weights: np.ndarray | float) -> None:
         # One weight each, even when the initializer gave one number for all, and w^alpha by the buffer's own
         # kernel: a restored tree, rebuilt from per-index weights, then holds the very same priorities.
-        weights = np.maximum(np.broadcast_to(np.asarray(weights, np.float64), np.shape(indices)), self.floor)
+        if not (type(weights) is np.ndarray and weights.dtype == np.float64 and weights.shape == np.shape(indices)):
+            weights = np.broadcast_to(np.asarray(weights, np.float64), np.shape(indices))
+        weights = np.maximum(weights, self.floor)
         self.weights[indices] = weights
         self.tree.set(indices, tree_priorities(weights, self.alpha, self.tree.nodes))
 
