@@ -24,16 +24,14 @@ import numpy as np
 from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_add, draw_sample, first_bad_victim,
                              first_invalid, place, resolve_ids, write_weights)
 from .kernels.rng import seed_state
-from .feedback import as_feedback_array, invalid_value
-from .state_checks import (array as state_array, counters, field, finite_nonnegative, first_bad, integer, require, rng_words,
-                           check_header)
+from .feedback import invalid_value, read_feedback
+from .state_checks import (array as state_array, check_header, counters, field, finite_nonnegative, first_bad, integer,
+                           require, rng_words)
 from .storage import Storage, to_numpy
-from .strategies import KNOWN_FEEDBACK, Strategy, WeightUpdate
+from .strategies import Strategy, TreeReadView
 from .sumtree import SumTree
 
 STATE_VERSION = 2
-_ARRAY_FEEDBACK = ("logits", "targets", "mask")  # per-example arrays of any shape, read by the update itself
-_VALUE_FEEDBACK = frozenset(KNOWN_FEEDBACK) - frozenset(_ARRAY_FEEDBACK)  # one value per example
 
 
 @dataclass
@@ -138,6 +136,7 @@ class ReplayBuffer:
                          "updated": 0, "stale_feedback": 0, "first_visits": 0, "sampled_age_sum": 0}
         self.strategy.bind(self.capacity)
         self.view = BufferReadView(self)
+        self.tree_view = TreeReadView(self.tree)  # what evictions see of the tree
         self._beta_arg = -1.0 if self.beta is None else self.beta  # the kernel's "no importance weights"
         self._stratified = self.sampling == "stratified"
 
@@ -186,7 +185,7 @@ class ReplayBuffer:
         else:
             victims = _EMPTY_I64
             if n_evicted:
-                victims = np.ascontiguousarray(evict.choose(tree, n_evicted), np.int64)
+                victims = np.ascontiguousarray(evict.choose(self.tree_view, n_evicted), np.int64)
                 if victims.shape != (n_evicted,):
                     raise ValueError(f"eviction {evict.name!r} chose {victims.shape} slots, expected ({n_evicted},)")
                 stamp = -2 - self.counters["add_calls"]  # new for every add, never an update's epoch
@@ -199,7 +198,7 @@ class ReplayBuffer:
         self.storage.write(slots, batch, run_start)
         # From here on the buffer changes.
         if evict.commits:
-            evict.commit(tree, slots[n - n_evicted:])
+            evict.commit(self.tree_view, slots[n - n_evicted:])
         if features is not None:
             if self.features is None:
                 self.features = np.zeros((self.capacity, features.shape[1]))
@@ -286,7 +285,7 @@ class ReplayBuffer:
     def update(self, ids: Any, **feedback: Any) -> int:
         """Apply per-example feedback (e.g. ``loss=``) to the examples of ``ids``; returns how many changed.
 
-        Every keyword is validated; the strategy's update reads the ones it needs. Stale ids are skipped and
+        The keywords are those the strategy's update declares (`replayloader.feedback`). Stale ids are skipped and
         counted; a duplicated id counts once, with its last value.
         """
         if not (type(ids) is np.ndarray and ids.dtype == np.int64 and ids.ndim == 1 and ids.size
@@ -297,7 +296,7 @@ class ReplayBuffer:
                                  f"shape {ids.shape}")
             ids = np.ascontiguousarray(ids, np.int64)
         update = self.strategy.update
-        values, source = self._feedback_values(update, ids, feedback)
+        values, source = read_feedback(update, feedback, len(ids))
         self._epoch += 1
         fused = None if values is None else update.fused_step()
         if fused is not None:  # the part's rule as one compiled step: resolve ids, compute, write
@@ -333,46 +332,6 @@ class ReplayBuffer:
         counters["first_visits"] += first
         counters["updated"] += len(target)
         return len(target)
-
-    def _feedback_values(self, update: WeightUpdate, ids: np.ndarray,
-                         feedback: Mapping[str, Any]) -> tuple[np.ndarray | None, str]:
-        """Every keyword checked (those the update does not read, fully); the values the update reads (not yet
-        checked for NaN, inf or negatives: `resolve_ids` does that) and the keyword that names them in errors."""
-        k = len(ids)
-        if len(feedback) == 1:  # the usual call: one per-example keyword, often already as the kernels want it
-            (name, value), = feedback.items()
-            if (type(value) is np.ndarray and value.dtype == np.float64 and value.shape == (k,)
-                    and value.flags.c_contiguous and name in _VALUE_FEEDBACK):
-                values = update.values(feedback)
-                if values is value:
-                    return values, name
-                return self._derived_values(update, values, feedback, k)
-        arrays = {}
-        for name, value in feedback.items():
-            if name in _ARRAY_FEEDBACK:
-                arrays[name] = to_numpy(value, name)
-            elif name in KNOWN_FEEDBACK:
-                arrays[name] = as_feedback_array(name, value, k)
-            else:
-                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
-        return self._derived_values(update, update.values(arrays), arrays, k)
-
-    @staticmethod
-    def _derived_values(update: WeightUpdate, values: np.ndarray | None, arrays: Mapping[str, np.ndarray],
-                        k: int) -> tuple[np.ndarray | None, str]:
-        """`_feedback_values` once the update has read the checked keywords: the keywords it did not read are
-        checked for bad values, and values it derived (e.g. from logits) are checked for shape."""
-        source = update.feedback_key or "feedback"  # what an invalid value is called in the error
-        for name, array in arrays.items():
-            if array is values:
-                source = name
-            elif name not in _ARRAY_FEEDBACK:  # a keyword this update does not read is still checked
-                bad = first_invalid(array)
-                if bad >= 0:
-                    raise invalid_value(name, array, bad)
-        if values is not None and source not in arrays:  # derived by the update, e.g. from logits
-            values = as_feedback_array(source, values, k)
-        return values, source
 
     @staticmethod
     def _refuse(status: int, bad: int, ids: np.ndarray, source: str, values: np.ndarray | None) -> None:

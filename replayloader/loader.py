@@ -8,6 +8,7 @@ on the batches of that step as ``aux``.
 With ``workers=K`` the producer runs in K background threads (or processes) instead, and its results enter the
 buffer in item order through a bounded queue while the training loop samples (`workers.OrderedFeed`); a
 `RateLimiter` holds the two sides to a samples-per-insert ratio. Every buffer call then holds ``loader.lock``.
+Without workers a `RateLimiter` sets how many batches each produced batch buys (the loop never waits).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 from .buffer import ReplayBuffer, Sample
 from .deferred import DeferredFeedback
 from .locked import LockedBuffer
-from .rate_limiter import RateLimiter, credit_limiter
+from .rate_limiter import LimiterConfigError, RateLimiter, RateLimitTimeout, credit_limiter
 from .state_checks import field, integer, number
 from .workers import OrderedFeed, ProducerPool
 
@@ -53,10 +54,13 @@ class ReplayDataLoader:
             producer, for Python-heavy work).
         queue_size: produced batches that may be in flight before workers pause (default 2 K); without a
             rate limiter, also how many produced batches the buffer may get ahead of the training loop.
-        rate_limiter: a `RateLimiter` (needs workers) that paces inserted vs sampled examples; without one the
-            training loop takes ``replay_ratio`` batches per produced batch as they arrive.
+        rate_limiter: a `RateLimiter` that paces inserted vs sampled examples (then ``replay_ratio`` is unused):
+            with workers, the side that runs ahead waits; without workers, the loop yields after each produced
+            batch as many batches as the limiter admits. Without one the loop takes ``replay_ratio`` batches per
+            produced batch (as they arrive, with workers).
         timeout: seconds the training loop waits for background data before `RateLimitTimeout` (without a
-            rate limiter; a rate limiter has its own).
+            rate limiter; a rate limiter has its own). The error comes after that time even while a producer
+            call is still running (that call is not waited for: a thread finishes it in the background).
         start_method: multiprocessing start method for process workers.
         defer_feedback: `feedback` only starts moving the signals to the host (`deferred.DeferredFeedback`); they
             reach the buffer just before the next produced batch is added (before the next sample with
@@ -83,7 +87,7 @@ class ReplayDataLoader:
             raise ValueError("give a source iterable or a number of steps, or the loader would never end")
         if not 0 <= min_size <= buffer.capacity:
             raise ValueError(f"min_size must lie in [0, {buffer.capacity}], got {min_size!r}")
-        _check_workers(workers, worker_kind, queue_size, rate_limiter, min_size, timeout)
+        _check_workers(workers, worker_kind, queue_size, rate_limiter, min_size, timeout, batch_size)
         self.producer = producer
         self.buffer = buffer
         self.shared = LockedBuffer(buffer)
@@ -142,13 +146,17 @@ class ReplayDataLoader:
         yield from self._iter_background() if self.workers else self._iter_inline()
 
     def _iter_inline(self) -> Iterator[ReplayBatch]:
-        meter = self._meter
+        meter, limiter = self._meter, self.rate_limiter
+        if limiter is not None:
+            limiter.reopen()
         for item in self._items():
             began = time.perf_counter()
             if self.source is not None:
                 self.consumed += 1
             produced = self.producer() if self.source is None else self.producer(item)
             examples, aux = _split(produced)
+            if limiter is not None:
+                limiter.check_progress(_batch_length(examples), self.batch_size)
             self.flush_feedback()  # the producer's device work is queued: now wait for the last step's feedback
             with self.lock:
                 self.buffer.add(examples)
@@ -157,6 +165,12 @@ class ReplayDataLoader:
             self.step += 1
             meter["inserted"] += len(fresh_slots)
             meter["learner_wait"] += time.perf_counter() - began
+            if limiter is not None:  # as many batches as the limiter admits; it never has to wait here
+                limiter.record_insert(len(fresh_slots))
+                while limiter.can_sample(self.batch_size):
+                    limiter.acquire_sample(self.batch_size)
+                    yield self._sample(fresh_slots, aux, self.step)
+                continue
             if size < self.min_size:
                 continue
             self._credit += self.replay_ratio
@@ -218,8 +232,9 @@ class ReplayDataLoader:
         pool = ProducerPool(self.producer, self.workers, self.worker_kind, use_item=self.source is not None,
                             start_method=self.start_method)
         feed = OrderedFeed(pool, self._items(), consume, self.queue_size, on_finish=limiter.finish_inserts,
-                           on_dispatch=remember_source).start()
+                           on_dispatch=remember_source, passthrough=(LimiterConfigError,)).start()
         finished = False
+        timed_out = False  # then a producer call still running is not waited for: timeout bounds the wait
         try:
             while True:
                 self.flush_feedback()
@@ -233,10 +248,13 @@ class ReplayDataLoader:
                     fresh_slots, aux = self._latest
                     batch = self._sample(fresh_slots, aux, self.step)
                 yield batch
+        except RateLimitTimeout:
+            timed_out = True
+            raise
         finally:
             feed.halt()
             limiter.close()  # wakes a feed blocked on the limiter
-            feed.stop()
+            feed.stop(wait_for_producers=not timed_out)
             meter["producer_wait"] += feed.producer_wait + limiter.insert_wait - self._insert_wait0
             if not per_example:
                 self._credit = limiter.diff
@@ -343,7 +361,7 @@ def _batch_length(examples: Mapping) -> int:
 
 
 def _check_workers(workers: Any, kind: str, queue_size: Any, rate_limiter: Any, min_size: int,
-                   timeout: Any) -> None:
+                   timeout: Any, batch_size: int) -> None:
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 0:
         raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
     if kind not in ("thread", "process"):
@@ -354,9 +372,7 @@ def _check_workers(workers: Any, kind: str, queue_size: Any, rate_limiter: Any, 
     if rate_limiter is not None:
         if not isinstance(rate_limiter, RateLimiter):
             raise TypeError(f"rate_limiter must be a RateLimiter, got {type(rate_limiter).__name__}")
-        if not workers:
-            raise ValueError("rate_limiter needs workers >= 1: producer and learner in one thread cannot wait "
-                             "for each other")
+        rate_limiter.check_progress(1, batch_size)  # the part known now; the produced batch size is checked on arrival
         if min_size:
             raise ValueError(f"min_size={min_size!r} with a rate_limiter: set the limiter's min_size instead")
     if not (isinstance(timeout, (int, float)) and np.isfinite(timeout) and timeout > 0):

@@ -25,12 +25,13 @@ from typing import Any
 import numpy as np
 
 from .kernels.rng import seed_state, uniforms
-from .feedback import check_feedback_array
+from .feedback import check_values, read_feedback
+from .kernels.buffer import tree_priorities
 from .kernels.sampler import OUT_OF_RANGE, resolve_feedback
 from .state_checks import (array, counters, field, finite_nonnegative, integer, require, rng_words,
                            check_header)
 from .storage import to_numpy
-from .strategies import KNOWN_FEEDBACK, Initializer, LossValue, MeanWeight, WeightUpdate
+from .strategies import Initializer, LossValue, MeanWeight, WeightUpdate
 from .sumtree import SumTree
 
 STATE_VERSION = 1
@@ -180,11 +181,13 @@ class PrioritizedSampler:
 
     # ------------------------------------------------------------------ weights
     def _set_weights(self, indices: np.ndarray, weights: np.ndarray | float) -> None:
-        # One weight each, even when the initializer gave one number for all: numpy's vectorised power can
-        # differ from its scalar power in the last bit, and a restored tree is rebuilt from per-index weights.
-        weights = np.maximum(np.broadcast_to(np.asarray(weights, np.float64), np.shape(indices)), self.floor)
+        # One weight each, even when the initializer gave one number for all, and w^alpha by the buffer's own
+        # kernel: a restored tree, rebuilt from per-index weights, then holds the very same priorities.
+        if not (type(weights) is np.ndarray and weights.dtype == np.float64 and weights.shape == np.shape(indices)):
+            weights = np.broadcast_to(np.asarray(weights, np.float64), np.shape(indices))
+        weights = np.maximum(weights, self.floor)
         self.weights[indices] = weights
-        self.tree.set(indices, weights ** self.alpha if self.alpha != 1.0 else weights)
+        self.tree.set(indices, tree_priorities(weights, self.alpha, self.tree.nodes))
 
     def _score_unmeasured(self) -> None:
         """Examples without feedback get the initializer's current weight (e.g. the mean measured weight)."""
@@ -268,16 +271,18 @@ class PrioritizedSampler:
 
     # ------------------------------------------------------------------ feedback
     def update(self, batch: SampledBatch | Any, **feedback: Any) -> int:
-        """Feed back per-example signals for a batch (a `SampledBatch`, or its indices): ``loss=``,
-        ``grad_norm=``, ``grad_bound=``, ``weight=``, or ``logits=``/``targets=`` (``mask=``) for the K&F bound,
-        as the update rule needs. Returns how many weights changed.
+        """Feed back per-example signals for a batch (a `SampledBatch`, or its indices): the keywords the update
+        rule declares (``loss=`` for the default `LossValue`; ``logits=``/``targets=``/``mask=`` or
+        ``grad_bound=`` for `GradBound`; ...). Returns how many weights changed.
 
         An index given twice counts once, with its last value. Stale feedback is skipped (see the module doc).
         Bad input raises a ValueError/TypeError naming the argument, and nothing changes.
         """
         epoch = batch.epoch if isinstance(batch, SampledBatch) else -1
         indices = self._check_indices(batch.indices if isinstance(batch, SampledBatch) else batch)
-        values = self._feedback_values(feedback, len(indices))
+        values, source = read_feedback(self.update_rule, feedback, len(indices), "indices")
+        if values is not None:
+            check_values(source, values)
         bad, why, positions, stale = resolve_feedback(indices, self.last_drawn_epoch, epoch, self._seen)
         if bad >= 0:
             if why == OUT_OF_RANGE:
@@ -306,20 +311,6 @@ class PrioritizedSampler:
         if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
             raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {arr.dtype} shape {arr.shape}")
         return np.ascontiguousarray(arr, np.int64)
-
-    def _feedback_values(self, feedback: Mapping[str, Any], k: int) -> np.ndarray | None:
-        checked, valid = {}, []
-        for name, value in feedback.items():
-            if name not in KNOWN_FEEDBACK:
-                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
-            checked[name] = to_numpy(value, name)
-            if name not in ("logits", "targets", "mask"):  # per-example values; the others are checked by use
-                checked[name] = check_feedback_array(name, checked[name], k, "indices")
-                valid.append(checked[name])
-        values = self.update_rule.values(checked)
-        if values is None or any(values is v for v in valid):
-            return values
-        return check_feedback_array(self.update_rule.feedback_key or "feedback", values, k, "indices")
 
     # ------------------------------------------------------------------ introspection, checkpoint
     def stats(self) -> dict[str, float]:

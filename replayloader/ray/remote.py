@@ -52,6 +52,7 @@ class RemoteBuffer:
             ray.kill(actor)
             raise
         self.capacity, self.alpha, self.beta = config["capacity"], config["alpha"], config["beta"]
+        self.value_keywords, self.array_keywords = config["value_keywords"], config["array_keywords"]  # feedback
         return actor
 
     def restart(self, state: Mapping | None = None) -> None:

@@ -52,7 +52,9 @@ class BufferServer:
         if self.error is not None:
             raise self.error
         buffer = self.buffer
-        return {"capacity": buffer.capacity, "alpha": buffer.alpha, "beta": buffer.beta}
+        update = buffer.strategy.update
+        return {"capacity": buffer.capacity, "alpha": buffer.alpha, "beta": buffer.beta,
+                "value_keywords": tuple(update.value_keywords), "array_keywords": tuple(update.array_keywords)}
 
     # ------------------------------------------------------------------ inserts
     def add(self, batch: Any, weight: Any = None) -> np.ndarray:

@@ -21,10 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..buffer import _ARRAY_FEEDBACK, Sample
-from ..feedback import check_feedback_array
+from ..buffer import Sample
+from ..feedback import as_feedback_array, check_values
 from ..storage import is_torch_tensor, to_numpy
-from ..strategies import KNOWN_FEEDBACK
 from .remote import RemoteBuffer, call
 from .server import Mass
 
@@ -43,9 +42,10 @@ class ShardedBuffer:
         shards = list(shards)
         if not shards or not all(isinstance(s, RemoteBuffer) for s in shards):
             raise TypeError(f"shards must be a non-empty sequence of RemoteBuffer, got {shards!r}")
-        configs = {(s.alpha, s.beta) for s in shards}
+        configs = {(s.alpha, s.beta, s.value_keywords, s.array_keywords) for s in shards}
         if len(configs) != 1:
-            raise ValueError(f"shards must share alpha and beta to sample as one buffer, got {sorted(configs)}")
+            raise ValueError(f"shards must share alpha, beta and the feedback their strategy reads to sample as one "
+                             f"buffer, got {sorted(configs)}")
         if sampling not in ("stratified", "independent"):
             raise ValueError(f"sampling must be 'stratified' or 'independent', got {sampling!r}")
         self.shards = shards
@@ -147,15 +147,18 @@ class ShardedBuffer:
         ids = ids.astype(np.int64)
         k, n = len(ids), len(self.shards)
         checked = {}
+        first = self.shards[0]
         for name, value in feedback.items():
-            if name not in KNOWN_FEEDBACK:
-                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
-            if name in _ARRAY_FEEDBACK:
+            if name not in first.value_keywords + first.array_keywords:
+                raise TypeError(f"unknown feedback keyword {name!r}; accepted: "
+                                f"{[*first.value_keywords, *first.array_keywords] or 'none'}")
+            if name in first.array_keywords:
                 checked[name] = to_numpy(value, name)
                 if checked[name].shape[:1] != (k,):
                     raise ValueError(f"{name} must have {k} rows to match ids, got shape {checked[name].shape}")
             else:
-                checked[name] = check_feedback_array(name, value, k)
+                checked[name] = as_feedback_array(name, value, k)
+                check_values(name, checked[name])
         shard, local = ids % n, ids // n
         self._check_issued(ids, shard, local)
         chosen = [s for s in range(n) if (shard == s).any()]

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 
 from ..state_checks import field
 
-from .evictions import FIFO, EvictLowest, Eviction
+from .evictions import FIFO, EvictLowest, Eviction, TreeReadView
 from .initializers import (BufferView, Initializer, LeastSquares, LinUCB, MaxWeight, MeanWeight,
                            TokenIdFeatures)
-from .updates import (KNOWN_FEEDBACK, GradBound, GradNorm, LossDifference, LossValue, SetWeight, WeightUpdate,
+from .updates import (GradBound, GradNorm, LossDifference, LossValue, SetWeight, WeightUpdate,
                       grad_bound_sigmoid, grad_bound_softmax)
 
 
@@ -68,9 +68,14 @@ class Strategy:
         return f"{type(self).__name__}(init={d['init']}, update={d['update']}, evict={d['evict']})"
 
 
-class _NoFeedback(WeightUpdate):
+class NoFeedback(WeightUpdate):
+    """Reads nothing, and accepts every signal a built-in update reads, so a baseline run makes the same
+    feedback call as the replay run it is compared with."""
+
     name = "none"
-    feedback_key = None
+    value_keywords = tuple(dict.fromkeys(key for part in (LossValue, GradNorm, GradBound, SetWeight)
+                                         for key in part.value_keywords))
+    array_keywords = GradBound.array_keywords
 
     def values(self, feedback):
         return None
@@ -83,7 +88,7 @@ class NoReplay(Strategy):
     no_replay = True
 
     def __init__(self) -> None:
-        super().__init__(MeanWeight(), _NoFeedback(), FIFO())
+        super().__init__(MeanWeight(), NoFeedback(), FIFO())
 
 
 _VARIANTS = {
@@ -107,7 +112,7 @@ def by_name(name: str) -> Strategy:
 
 __all__ = ["Strategy", "NoReplay", "by_name", "Initializer", "MeanWeight", "MaxWeight", "LeastSquares", "LinUCB",
            "TokenIdFeatures", "BufferView", "WeightUpdate", "LossDifference", "GradNorm", "GradBound", "LossValue",
-           "SetWeight", "Eviction", "EvictLowest", "FIFO", "KNOWN_FEEDBACK", "grad_bound_sigmoid",
+           "SetWeight", "Eviction", "EvictLowest", "FIFO", "TreeReadView", "grad_bound_sigmoid",
            "grad_bound_softmax", "strategy_names"]
 
 
