@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..buffer import ReplayBuffer, Sample
-from ..feedback import check_feedback_array
+from ..feedback import as_feedback_array, check_values
 
 
 class Mass(NamedTuple):
@@ -95,7 +95,9 @@ class BufferServer:
             raise ValueError(f"initial weight= needs a strategy whose update reads weight= (SetWeight, e.g. "
                              f"by_name('per')); this buffer's update {update.name!r} reads "
                              f"{update.feedback_key!r}")
-        return batch, check_feedback_array("weight", weight, n, against="the batch"), n
+        weight = as_feedback_array("weight", weight, n, against="the batch")
+        check_values("weight", weight)
+        return batch, weight, n
 
     def _add(self, batch: Mapping[str, Any], weights: np.ndarray | None) -> np.ndarray:
         ids = self.buffer.add(batch)
