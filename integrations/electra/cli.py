@@ -23,6 +23,11 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+# torch already uses the cores; a second, multi-threaded BLAS pool (numpy's OpenBLAS, used by the LSR/LinUCB
+# strategies) oversubscribes them and slows those strategies many times over. Set here, before anything imports
+# numpy, so that every entry point (replayloader-tmr, python -m, examples/electra_tmr.py) gets it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_GLUE_DIR = REPO_ROOT.parent / "shared" / "data" / "glue"
 COMPARE_VARIANTS = ("electra", "tmr-loss_diff")
