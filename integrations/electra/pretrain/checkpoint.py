@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import re
 import shutil
@@ -395,6 +396,15 @@ def _restore_rng(saved: dict) -> None:
 
 
 def prune_checkpoints(directory: Path, keep: int) -> None:
-    """Delete all but the newest ``keep`` step directories (keep <= 0 keeps all)."""
+    """Delete all but the newest ``keep`` step directories (keep <= 0 keeps all), and what killed saves left.
+
+    Each is first renamed to a temporary name, so a kill while deleting never leaves a half-deleted
+    ``step-N`` behind. Call it right after a save, when no other save is under way in ``directory``.
+    """
     for old in step_dirs(directory)[keep:] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
+        doomed = old.with_name(f".{old.name}.{os.getpid()}.old")
+        os.replace(old, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+    for stale in directory.glob(".step-*"):  # temporaries of saves or deletions that were killed
+        if is_temporary(stale):
+            shutil.rmtree(stale, ignore_errors=True)
