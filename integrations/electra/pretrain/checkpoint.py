@@ -72,7 +72,7 @@ def save_checkpoint(directory: Path, step: int, config: Any, model: torch.nn.Mod
     """
     world = world or World()
     final = directory / f"step-{step:08d}"
-    problem: BaseException | str | None = None
+    problem: Exception | str | None = None
     with contextlib.ExitStack() as staging:
         tmp = None
         if world.is_main:
@@ -100,11 +100,12 @@ def save_checkpoint(directory: Path, step: int, config: Any, model: torch.nn.Mod
     return final
 
 
-def _attempt(write, *args) -> OSError | None:
-    """Run one write; an OS error (full disk, permissions) is returned for the collective decision."""
+def _attempt(write, *args) -> Exception | None:
+    """Run one write; an I/O error (full disk, permissions) is returned for the collective decision. safetensors
+    reports one as a `SafetensorError` ("I/O error: No space left on device"), not as an `OSError`."""
     try:
         write(*args)
-    except OSError as error:
+    except (OSError, SafetensorError) as error:
         return error
     return None
 
