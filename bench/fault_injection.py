@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -42,6 +39,7 @@ from integrations.electra.pretrain import PretrainConfig, checkpoint, pretrain  
 from integrations.electra.pretrain.config import model_preset  # noqa: E402
 from integrations.electra.models import build_electra_pair  # noqa: E402
 from integrations.electra.pretrain.losses import make_optimizer  # noqa: E402
+from tests.electra.checkpoint_files import kill_while_saving, load_survivor, save_step, saving_parts  # noqa: E402
 
 WORDS = ("the a cat dog sat on mat ran to house big small red blue quickly slowly and but then saw bird tree "
          "under over green old").split()
@@ -146,47 +144,17 @@ def corruption_trials(run: Path, count: int, seed: int, work: Path) -> list[dict
 
 
 # ----------------------------------------------------------------------------- kills
-def save_forever(directory: str) -> None:
-    """Checkpoints 1, 2, 3, ... of a model whose parameters all equal the step, until killed."""
-    torch.set_num_threads(1)
-    model = torch.nn.Linear(512, 512)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    config = PretrainConfig().filled()
-    for step in range(1, 10 ** 6):
-        with torch.no_grad():
-            for parameter in model.parameters():
-                parameter.fill_(step)
-        checkpoint.save_checkpoint(Path(directory), step, config, model, optimizer, scheduler,
-                                   {"position": np.full(50_000, step)})
-        checkpoint.prune_checkpoints(Path(directory), keep=2)
-
-
 def kill_trials(count: int, seed: int, work: Path) -> list[dict]:
     rng = random.Random(seed)
-    context = multiprocessing.get_context("fork")
     rows = []
     for trial in range(count):
         directory = work / f"k{trial}"
-        child = context.Process(target=save_forever, args=(str(directory),))
-        child.start()
-        while checkpoint.newest_step_dir(directory) is None:
-            time.sleep(0.002)
-        time.sleep(rng.uniform(0, 0.3))
-        os.kill(child.pid, signal.SIGKILL)
-        child.join()
-        leftovers = sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
-        row = {"part": "kill", "trial": trial, "steps_left": [p.name for p in checkpoint.step_dirs(directory)],
-               "temporaries_left": leftovers}
+        row = {"part": "kill", "trial": trial, "temporaries_left": kill_while_saving(directory, rng.uniform(0, 0.3)),
+               "steps_left": [p.name for p in checkpoint.step_dirs(directory)]}
         try:
-            for path in checkpoint.step_dirs(directory):
-                checkpoint.verify_checkpoint(path)
-            chosen = checkpoint.choose_checkpoint(directory)
-            model = torch.nn.Linear(512, 512)
-            step, loader = checkpoint.load_checkpoint(chosen.path, model, torch.optim.AdamW(model.parameters()),
-                                                      state=chosen.state)
-            row["ok"] = bool(torch.all(model.weight == step)) and bool(np.all(loader["position"] == step))
-        except (UserError, ValueError, OSError) as error:
+            row["loaded_step"] = load_survivor(directory)
+            row["ok"] = True
+        except (AssertionError, UserError, ValueError, OSError) as error:
             row["ok"], row["error"] = False, f"{type(error).__name__}: {error}"
         rows.append(row)
         shutil.rmtree(directory)
@@ -197,24 +165,19 @@ def kill_trials(count: int, seed: int, work: Path) -> list[dict]:
 def full_disk_trial(work: Path) -> dict:
     mount = work / "tiny-fs"
     mount.mkdir()
-    size_kb = 2400  # one checkpoint of this model is ~1.7 MB: the second cannot be written beside the first
+    size_kb = 2400  # one checkpoint of the saver's model is ~1.7 MB: a second cannot be written beside it
     made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(mount)],
                           capture_output=True, text=True)
     if made.returncode != 0:
         return {"part": "full_disk", "skipped": f"cannot mount a tmpfs here: {made.stderr.strip()}"}
     try:
-        model = torch.nn.Linear(512, 512)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-        config = PretrainConfig().filled()
+        parts = saving_parts()
         row = {"part": "full_disk", "filesystem_kb": size_kb}
         for step in (1, 2, 3):
             try:
-                checkpoint.save_checkpoint(mount, step, config, model, optimizer, scheduler,
-                                           {"position": np.full(50_000, step)})
+                save_step(mount, step, parts)
             except checkpoint.CheckpointNotWritten as error:
-                row["message"] = str(error)
-                row["failed_step"] = step
+                row["message"], row["failed_step"] = str(error), step
                 break
         row["left"] = sorted(p.name for p in mount.iterdir())
         checkpoint.verify_checkpoint(mount / "step-00000001")

@@ -9,15 +9,11 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import multiprocessing
 import os
 import random
 import shutil
-import signal
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 from safetensors import SafetensorError
 
@@ -29,6 +25,7 @@ from integrations.electra import cli  # noqa: E402
 from integrations.electra.common import UserError  # noqa: E402
 from integrations.electra.pretrain import checkpoint, pretrain, read_metrics, resume_config  # noqa: E402
 
+from .checkpoint_files import kill_while_saving, load_survivor  # noqa: E402
 from .test_pretrain import tiny_config  # noqa: E402
 
 STEPS, EVERY = 6, 2
@@ -196,49 +193,13 @@ def test_a_full_disk_during_a_checkpoint_stops_the_run_in_one_line_and_keeps_the
 
 
 # ----------------------------------------------------------------------------- kill -9 during saves
-def _save_forever(directory: str) -> None:
-    """Save checkpoints 1, 2, 3, ... of a model whose every parameter equals the step, until killed."""
-    torch.set_num_threads(1)
-    from integrations.electra.pretrain import PretrainConfig
-
-    model = torch.nn.Linear(512, 512)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
-    config = PretrainConfig().filled()
-    for step in range(1, 10 ** 6):
-        with torch.no_grad():
-            for parameter in model.parameters():
-                parameter.fill_(step)
-        checkpoint.save_checkpoint(Path(directory), step, config, model, optimizer, scheduler,
-                                   {"position": np.full(50_000, step)})
-        checkpoint.prune_checkpoints(Path(directory), keep=2)
-
-
 def test_kill_9_at_random_points_of_saves_always_leaves_a_checkpoint_that_verifies_and_loads(tmp_path):
     """20 children, each killed at a random instant while it saves checkpoints back to back; afterwards every
     step directory verifies and the newest loads into a fresh model with the values of its step."""
-    context = multiprocessing.get_context("fork")
     rng = random.Random(0)
     for attempt in range(20):
-        directory = tmp_path / f"try{attempt}"
-        child = context.Process(target=_save_forever, args=(str(directory),))
-        child.start()
-        deadline = time.monotonic() + 60
-        while checkpoint.newest_step_dir(directory) is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0, 0.2))
-        os.kill(child.pid, signal.SIGKILL)
-        child.join()
-        steps = checkpoint.step_dirs(directory)
-        assert steps, attempt
-        for path in steps:
-            checkpoint.verify_checkpoint(path)
-        chosen = checkpoint.choose_checkpoint(directory)
-        assert chosen.path == steps[0] and not chosen.skipped
-        model = torch.nn.Linear(512, 512)
-        step, loader = checkpoint.load_checkpoint(chosen.path, model, torch.optim.AdamW(model.parameters()),
-                                                  state=chosen.state)
-        assert torch.all(model.weight == step) and np.all(loader["position"] == step)
+        kill_while_saving(tmp_path / f"try{attempt}", rng.uniform(0, 0.2))
+        load_survivor(tmp_path / f"try{attempt}")
 
 
 # ----------------------------------------------------------------------------- corpus and GLUE files
