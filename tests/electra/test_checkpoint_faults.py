@@ -10,6 +10,7 @@ import errno
 import hashlib
 import json
 import os
+import pickle
 import random
 import shutil
 from pathlib import Path
@@ -90,6 +91,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_last_good_one_and_says_wh
     chosen = checkpoint.choose_checkpoint(run_copy)
     assert [e.path for e in chosen.skipped] == [str(step_dir(run_copy, 6) / name)]
     assert "skipped newer: " + str(step_dir(run_copy, 6) / name) in chosen.describe()
+    assert pickle.loads(pickle.dumps(chosen)) == chosen  # rank 0 sends its choice to the other ranks
 
 
 def test_an_empty_newest_directory_is_reported_not_skipped_silently(run_copy):

@@ -30,7 +30,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -213,13 +213,21 @@ def _check_safetensors(path: Path) -> None:
         raise StateFileError(path, f"is not a readable safetensors file ({error})") from None
 
 
+class Skipped(NamedTuple):
+    """A newer checkpoint that did not verify: the file at fault and its problem (plain data, so that rank 0's
+    choice can be sent to the other ranks; `StateFileError` itself does not survive pickling)."""
+
+    path: str
+    problem: str
+
+
 @dataclass
 class Checkpoint:
-    """A checkpoint that verified, and the newer ones that did not (each a `StateFileError`)."""
+    """A checkpoint that verified, and the newer ones that did not."""
 
     path: Path
     state: dict
-    skipped: list[StateFileError] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
 
     @property
     def step(self) -> int:
@@ -268,20 +276,20 @@ def choose_checkpoint(path: str | Path) -> Checkpoint:
     candidates = next((step_dirs(c) for c in (p / "checkpoints", p) if c.is_dir() and step_dirs(c)), [])
     if not candidates:
         raise UserError(f"no checkpoint found under {path}")
-    skipped = []
+    skipped: list[Skipped] = []
     for candidate in candidates:
         try:
             return Checkpoint(candidate, verify_checkpoint(candidate), skipped)
         except StateFileError as error:
-            skipped.append(error)
-    raise UserError(f"no checkpoint under {path} verifies: " + "; ".join(str(e) for e in skipped))
+            skipped.append(Skipped(error.path, error.problem))
+    raise UserError(f"no checkpoint under {path} verifies: " + "; ".join(f"{e.path}: {e.problem}" for e in skipped))
 
 
-def _failure(path: Path) -> StateFileError | None:
+def _failure(path: Path) -> Skipped | None:
     try:
         verify_checkpoint(path)
     except StateFileError as error:
-        return error
+        return Skipped(error.path, error.problem)
     return None
 
 
