@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so
 from experiments.reproduce_tmr_cpu import ABLATIONS, ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS  # noqa: E402
 from experiments.run_queue import REPO  # noqa: E402
 from integrations.electra.finetune.metrics import MAIN_METRIC  # noqa: E402
+from integrations.electra.pretrain.metrics import read_metrics  # noqa: E402
 MARKS = (STEPS // 4, STEPS // 2, STEPS)  # 25, 50, 100% of the steps
 THRESHOLD = 0.6  # "has escaped the plateau": held-out AUC this high (the collapsed discriminator sits at 0.5)
 
@@ -37,8 +38,7 @@ def load_runs(out: Path) -> dict[str, dict[int, list[dict]]]:
         if not (run / "summary.json").exists():
             continue
         arm, seed = run.name.rsplit("-seed", 1)
-        with open(run / "metrics.jsonl") as lines:
-            records = [json.loads(line) for line in lines]
+        records = read_metrics(run / "metrics.jsonl")
         for r in records:
             if r.get("buffer_weight_std") is not None and r.get("buffer_weight_mean"):
                 r["weight_ess_fraction"] = 1.0 / (1.0 + (r["buffer_weight_std"] / r["buffer_weight_mean"]) ** 2)
