@@ -12,7 +12,7 @@ outputs with gradients; reusing the scoring pass's outputs would need a gradient
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -63,8 +63,19 @@ class ScoreThenSelect:
         return {"sampler": self.sampler.state_dict(), "selector": self.selector.state_dict()}
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.selector.load_state_dict(state["selector"])
-        self.sampler.load_state_dict(state["sampler"])
+        """Restore both; if either rejects its part, neither changes."""
+        load_together(self.selector, state["selector"], lambda: self.sampler.load_state_dict(state["sampler"]))
+
+
+def load_together(selector: Selector, selector_state: Mapping, load_rest: Callable[[], None]) -> None:
+    """Load ``selector_state``, then ``load_rest()``; if that raises, the selector goes back to where it was."""
+    before = selector.state_dict()
+    selector.load_state_dict(selector_state)
+    try:
+        load_rest()
+    except BaseException:
+        selector.load_state_dict(before)
+        raise
 
 
 class BufferScoreThenSelect:

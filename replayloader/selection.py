@@ -355,6 +355,7 @@ class Selector:
         rng = np.asarray(state["rng"])
         if rng.shape != (4,) or rng.dtype != np.uint64:
             raise ValueError(f"checkpoint rng state must be 4 uint64 words, got dtype {rng.dtype} shape {rng.shape}")
-        self.rule.load_state_dict(state["memory"])
+        counters = {k: int(state["counters"][k]) for k in self.counters}
+        self.rule.load_state_dict(state["memory"])  # checks before it changes; the last step that can fail
         self.rng_state = rng.copy()
-        self.counters = {k: int(v) for k, v in state["counters"].items()}
+        self.counters = counters

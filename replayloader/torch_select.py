@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from .sampler import PrioritizedSampler, SampledBatch
-from .score_select import ScoreThenSelect
+from .score_select import ScoreThenSelect, load_together
 from .selection import Selection, Selector
 from .torch_sampler import PrioritizedBatchSampler
 
@@ -58,5 +58,6 @@ class CandidateBatchSampler(PrioritizedBatchSampler):
         return {**super().state_dict(), "selector": self.select.selector.state_dict()}
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.select.selector.load_state_dict(state["selector"])
-        super().load_state_dict(state)
+        """Restore sampler, prefetched batches and selector; if any part is rejected, nothing changes."""
+        load_together(self.select.selector, state["selector"], lambda: super(CandidateBatchSampler, self)
+                      .load_state_dict(state))

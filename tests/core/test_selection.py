@@ -261,3 +261,15 @@ def test_irreducible_losses_are_computed_once_saved_atomically_and_loaded(tmp_pa
     with pytest.raises(ValueError, match=r"shape \(3,\), got \(2,\)"):
         irreducible_losses(tmp_path / "short.npz", 3, train, lambda model: np.zeros(2))
     assert not (tmp_path / "bad.npz").exists() and not (tmp_path / "short.npz").exists()
+
+
+def test_a_rejected_sampler_state_leaves_the_selector_as_it_was():
+    select = dataset_mode(rule=SelectiveBackprop(history=10))
+    candidates = select.next_candidates()
+    select.choose(candidates, fake_losses(candidates.indices, 0))
+    state = copy.deepcopy(select.state_dict())
+    other = dataset_mode(n=31, rule=SelectiveBackprop(history=10))
+    before = copy.deepcopy(other.state_dict())
+    with pytest.raises(ValueError, match="num_examples"):
+        other.load_state_dict(state)
+    assert_same_state(other.state_dict(), before)
