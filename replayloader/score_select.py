@@ -51,11 +51,14 @@ class ScoreThenSelect:
 
     def choose(self, candidates: SampledBatch, losses: Any) -> Selection:
         """The rows of ``candidates`` to train on, from their training ``losses`` (shape (n_B,)). The selection's
-        weights include the candidates' own importance weights. Bad input raises and changes nothing."""
+        weights include the candidates' own importance weights. The short last batch of a shuffled pass (fewer
+        than n_B candidates) gives min(n_b, its size) rows. Bad input raises and changes nothing."""
         if not isinstance(candidates, SampledBatch):
             raise TypeError(f"candidates must be the SampledBatch the sampler drew, got {type(candidates).__name__}")
         refresh = (lambda s: self.sampler.update(candidates, loss=_refresh_values(s))) if self.refresh else None
-        return self.selector.choose(losses, candidates.indices, candidates.weights, before_commit=refresh)
+        short = len(candidates) < self.sampler.batch_size  # the last batch of a shuffled pass
+        return self.selector.choose(losses, candidates.indices, candidates.weights, before_commit=refresh,
+                                    short_batch=short)
 
     def state_dict(self) -> dict:
         """The sampler's and the selector's state (a torch DataLoader's prefetched batches are kept by

@@ -139,9 +139,11 @@ class Rule:
     k: int | None = None
     uses_rng = False
 
-    def pick(self, scores: np.ndarray, rng: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, Any]:
+    def pick(self, scores: np.ndarray, rng: np.ndarray, k: int | None) -> tuple[np.ndarray, np.ndarray,
+                                                                             np.ndarray | None, Any]:
         """-> (positions, importance weights of those positions, per-candidate probabilities or None,
-        new memory or None). ``rng`` (xoshiro256++ state) may be advanced: it is a scratch copy."""
+        new memory or None). ``k``: how many to pick this time (``self.k``, or fewer for a short batch).
+        ``rng`` (xoshiro256++ state) may be advanced: it is a scratch copy."""
         raise NotImplementedError
 
     def commit(self, memory: Any) -> None:
@@ -171,8 +173,8 @@ class TopK(Rule):
     def __init__(self, k: int) -> None:
         self.k = _check_int("k", k, 1)
 
-    def pick(self, scores, rng):
-        return top_k_positions(scores, self.k), np.ones(self.k), None, None
+    def pick(self, scores, rng, k):
+        return top_k_positions(scores, k), np.ones(k), None, None
 
 
 def proportional_probabilities(scores: np.ndarray, alpha: float) -> np.ndarray:
@@ -198,10 +200,10 @@ class Proportional(Rule):
     def config(self) -> dict:
         return {**super().config(), "alpha": self.alpha, "beta": self.beta}
 
-    def pick(self, scores, rng):
+    def pick(self, scores, rng, k):
         p = proportional_probabilities(scores, self.alpha)
         cdf = np.cumsum(p)
-        positions = np.searchsorted(cdf, uniforms(rng, self.k) * cdf[-1], side="right")
+        positions = np.searchsorted(cdf, uniforms(rng, k) * cdf[-1], side="right")
         positions = np.minimum(positions, np.flatnonzero(p > 0)[-1])  # a rounding edge lands on mass, never past
         p_min = p[p > 0].min()
         return positions, (p_min / p[positions]) ** self.beta, p, None
@@ -232,7 +234,7 @@ class SelectiveBackprop(Rule):
     def config(self) -> dict:
         return {**super().config(), "beta": self.beta, "history": self.history, "min_keep": self.min_keep}
 
-    def pick(self, scores, rng):
+    def pick(self, scores, rng, k):
         window = np.concatenate([self.recent, scores])[-self.history:]
         p = keep_probabilities(scores, window, self.beta, self.min_keep)
         positions = np.flatnonzero(uniforms(rng, len(scores)) < p)
@@ -282,18 +284,20 @@ class Selector:
             self.score.check_dataset(num_examples)
 
     def choose(self, losses: Any, indices: Any = None, candidate_weights: Any = None,
-               before_commit: Callable[[Selection], None] | None = None) -> Selection:
+               before_commit: Callable[[Selection], None] | None = None, short_batch: bool = False) -> Selection:
         """Pick rows of a candidate batch from its per-example training ``losses`` (numpy or torch, shape (n_B,)).
 
         ``indices``: the candidates' dataset indices (needed by `ReducibleLoss`); ``candidate_weights``: the
         candidates' own importance weights (from a prioritized draw), multiplied into the chosen rows'.
         ``before_commit(selection)`` runs after every check and before the selector changes (its state: the
-        generator, a rule's memory, counters); if it raises, the selector is unchanged. Bad input raises a
-        ValueError naming the argument and the value, and changes nothing.
+        generator, a rule's memory, counters); if it raises, the selector is unchanged. ``short_batch``: the
+        batch is the short last one of a pass, so fewer than k candidates pick them all (else k > n_B is an
+        error). Bad input raises a ValueError naming the argument and the value, and changes nothing.
         """
-        scores, indices, candidate_weights = self._checked(losses, indices, candidate_weights)
+        scores, indices, candidate_weights = self._checked(losses, indices, candidate_weights, short_batch)
         rng = self.rng_state.copy()
-        positions, weights, probabilities, memory = self.rule.pick(scores, rng)
+        k = None if self.rule.k is None else min(self.rule.k, len(scores))
+        positions, weights, probabilities, memory = self.rule.pick(scores, rng, k)
         positions = np.asarray(positions, np.int64)
         if candidate_weights is not None:
             weights = weights * candidate_weights[positions]
@@ -308,7 +312,7 @@ class Selector:
         self.counters["selected"] += len(positions)
         return selection
 
-    def _checked(self, losses: Any, indices: Any, candidate_weights: Any):
+    def _checked(self, losses: Any, indices: Any, candidate_weights: Any, short_batch: bool):
         if indices is not None:
             indices = to_numpy(indices, "indices")
             if indices.ndim != 1 or indices.dtype.kind not in "iu":
@@ -322,7 +326,8 @@ class Selector:
         n = len(arr)
         if indices is not None and len(indices) != n:
             raise ValueError(f"losses must have shape ({len(indices)},), one per candidate, got {arr.shape}")
-        self.check_candidates(n)
+        if not short_batch:
+            self.check_candidates(n)
         arr = np.ascontiguousarray(arr, np.float64)
         bad = np.flatnonzero(~np.isfinite(arr))
         if len(bad):

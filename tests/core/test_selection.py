@@ -273,3 +273,14 @@ def test_a_rejected_sampler_state_leaves_the_selector_as_it_was():
     with pytest.raises(ValueError, match="num_examples"):
         other.load_state_dict(state)
     assert_same_state(other.state_dict(), before)
+
+
+def test_the_short_last_batch_of_a_pass_gives_at_most_its_size():
+    select = dataset_mode(n=20, n_big=8, rule=TopK(6))  # the warm-up pass: batches of 8, 8 and 4
+    sizes = []
+    for step in range(3):
+        candidates = select.next_candidates()
+        selection = select.choose(candidates, fake_losses(candidates.indices, step))
+        sizes.append((len(candidates), len(selection)))
+        assert selection.positions.tolist() == reference_top_k(selection.scores.tolist(), len(selection))
+    assert sizes == [(8, 6), (8, 6), (4, 4)]
