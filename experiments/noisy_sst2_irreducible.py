@@ -19,6 +19,7 @@ from scipy.stats import mannwhitneyu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from noisy_sst2 import DEFAULT_GLUE, Config, load_data  # noqa: E402
+from noisy_sst2_summary import emit, table  # noqa: E402
 
 from replayloader.irreducible import IrreducibleLosses  # noqa: E402
 
@@ -40,18 +41,15 @@ def main(argv: list[str] | None = None) -> None:
             row = (f"{il.losses[flipped].mean():.3f}", f"{il.losses[~flipped].mean():.3f}", f"{auc:.3f}")
         else:
             row = ("-", f"{il.losses.mean():.3f}", "-")
-        rows.append(f"| {noise}% | {seed} | {' | '.join(row)} | {il.train_cpu_s + il.score_cpu_s:.2f} |")
+        rows.append([f"{noise}%", str(seed), *row, f"{il.train_cpu_s + il.score_cpu_s:.2f}"])
     text = "\n".join([
         "# Noisy SST-2: do the irreducible losses single out the flipped labels?", "",
         f"Command: `python experiments/noisy_sst2_irreducible.py {args.runs} --out {args.out}`. Date: 2026-11-24. "
         "Machine: 2-core CPU, no GPU.", "",
         "Irreducible-loss model: the run's architecture trained 2 epochs on the held-out 20% of the (noisy) training "
         "set, then scoring the 53,879 training examples. AUC: the irreducible loss as a detector of a flipped label.",
-        "", "| noise | seed | mean IL, flipped | mean IL, clean | AUC | CPU s |", "|---|---|---|---|---|---|", *rows, ""])
-    if args.out:
-        args.out.write_text(text)
-    else:
-        print(text)
+        "", *table(["noise", "seed", "mean IL, flipped", "mean IL, clean", "AUC", "CPU s"], rows), ""])
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -158,9 +158,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("records", type=Path)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    text = render(load_runs(args.records), args.records)
-    if args.out:
-        args.out.write_text(text)
+    emit(render(load_runs(args.records), args.records), args.out)
+
+
+def emit(text: str, out: Path | None) -> None:
+    """Write the page to ``out``, or print it."""
+    if out:
+        out.write_text(text)
     else:
         print(text)
 
