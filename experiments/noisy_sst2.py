@@ -196,7 +196,7 @@ def irreducible(data: Data, cfg: Config, seed: int, path: Path):
     def score(model):
         with torch.no_grad():
             return np.concatenate([per_example_loss(model, data.train_x, data.train_y, chunk).numpy()
-                                   for chunk in np.array_split(np.arange(len(data.train_x)), 64)])
+                                   for chunk in np.array_split(np.arange(len(data.train_x)), 64) if len(chunk)])
 
     return irreducible_losses(path, len(data.train_x), train, score)
 

@@ -130,7 +130,8 @@ def render(runs: dict, source: Path) -> str:
                                 ("steps_to_target", "cpu_to_target", "final_accuracy", "accuracy_at_budget"))])
         out += ["Paired differences, arm − uniform (mean [95% paired-t CI], p):", ""]
         out += table(["arm", "steps to X", "CPU s to X", "final acc", f"acc @ {CPU_BUDGET:g} CPU s"], rows) + [""]
-        checkpoints = [500, 1000, 2000, 3000]
+        common = set.intersection(*({r["step"] for r in runs[k]} for k in runs if k[1] == noise))
+        checkpoints = [c for c in (500, 1000, 2000, 3000) if c in common] or [max(common)]
         rows = []
         for arm in ARMS:
             keys = [(arm, noise, s) for s in seeds(arm, noise)]
