@@ -1,4 +1,5 @@
-"""PrioritizedTrainer: a Hugging Face `Trainer` whose training batches come from a `PrioritizedSampler`.
+"""PrioritizedTrainer: a Hugging Face `Trainer` whose training batches come from a `PrioritizedSampler`;
+SelectingTrainer: one that scores candidate batches and trains on the rows a `Selector` picks.
 
 Optional module (needs torch, transformers and accelerate). Two overrides, both public Trainer hooks:
 `get_train_dataloader` builds the train DataLoader around a `PrioritizedBatchSampler`, and `compute_loss`
@@ -20,7 +21,9 @@ from torch.utils.data import DataLoader
 from transformers import Trainer
 
 from .sampler import PrioritizedSampler
+from .selection import Selection, Selector
 from .torch_sampler import PrioritizedBatchSampler
+from .torch_select import CandidateBatchSampler, take_rows
 
 PerExampleLoss = Callable[[Any, torch.Tensor], torch.Tensor]
 
@@ -67,4 +70,50 @@ class PrioritizedTrainer(Trainer):
         batch = self.batch_sampler.next_batch_info()
         self.batch_sampler.update(batch, loss=per_example.detach())
         loss = (per_example * self.batch_sampler.importance_weights(batch, per_example)).mean()
+        return (loss, outputs) if return_outputs else loss
+
+
+class SelectingTrainer(PrioritizedTrainer):
+    """`Trainer` that scores each candidate batch and trains on the rows a `Selector` picks (score-then-select).
+
+    The train DataLoader yields candidate batches of ``sampler.batch_size`` = n_B rows. `compute_loss` scores
+    them with one forward pass under ``torch.no_grad`` (in eval mode when ``score_in_eval_mode``: no dropout
+    noise in the scores and no batch-norm statistics moved by a pass that does not train), lets the selector pick
+    the rows (the scores also refresh the sampler's weights), and returns the importance-weighted mean loss of a
+    forward pass over the chosen rows. Per step: one no-grad forward over n_B, one forward + backward over n_b.
+
+    Args (besides the Trainer's): ``sampler`` (n_B, and how candidates are drawn: ``alpha=0`` for uniform),
+    ``selector`` (`Selector(TopK(n_b))`, ...), ``per_example_loss`` as for `PrioritizedTrainer`,
+    ``score_in_eval_mode`` (default True). ``trainer.batch_sampler`` is a
+    `replayloader.torch_select.CandidateBatchSampler`; its ``state_dict()`` holds sampler and selector.
+    """
+
+    def __init__(self, *args: Any, sampler: PrioritizedSampler, selector: Selector,
+                 per_example_loss: PerExampleLoss = cross_entropy_per_example, score_in_eval_mode: bool = True,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, sampler=sampler, per_example_loss=per_example_loss, **kwargs)
+        self.batch_sampler = CandidateBatchSampler(sampler, selector)
+        self.score_in_eval_mode = score_in_eval_mode
+        self.last_selection: Selection | None = None
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if not model.training:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        inputs = dict(inputs)
+        labels = inputs.pop("labels")
+        with torch.no_grad():
+            if self.score_in_eval_mode:
+                model.eval()
+            try:
+                scores = self.per_example_loss(model(**inputs), labels)
+            finally:
+                model.train()
+        candidates = self.batch_sampler.next_batch_info()
+        selection = self.batch_sampler.choose(candidates, scores)
+        self.last_selection = selection
+        chosen = take_rows(inputs, selection.positions)
+        outputs = model(**chosen)
+        per_example = self.per_example_loss(outputs, take_rows(labels, selection.positions))
+        weights = torch.as_tensor(selection.weights, dtype=per_example.dtype, device=per_example.device)
+        loss = (per_example * weights).mean()
         return (loss, outputs) if return_outputs else loss
