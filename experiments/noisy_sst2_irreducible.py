@@ -14,7 +14,6 @@ import re
 import sys
 from pathlib import Path
 
-import numpy as np
 from scipy.stats import mannwhitneyu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -22,6 +22,9 @@ def test_every_driver_starts_from_another_directory(tmp_path):
         "prioritized_glue_summary.py": ["--help"],
         "heldout_auc.py": ["--help"],
         "probe_discriminator_summary.py": [str(tmp_path / "no-runs")],  # a folder without runs: empty tables
+        "noisy_sst2.py": ["--help"],
+        "noisy_sst2_summary.py": ["--help"],
+        "noisy_sst2_irreducible.py": ["--help"],
     }
     drivers = {p.name for p in EXPERIMENTS.glob("*.py")} - {"__init__.py", "probe_metrics.py", "run_queue.py"}
     assert drivers == set(commands)  # a new driver gets a line here
@@ -38,7 +41,7 @@ def test_every_driver_starts_from_another_directory(tmp_path):
     assert f"--output-dir {tmp_path / 'reproduce' / 'pretrain' / 'reference'}" in outputs["reproduce_tmr_cpu.py"]
     assert "| run |" in outputs["probe_discriminator_summary.py"]
     for name in ("regime_search_summary.py", "reproduce_tmr_summary.py", "prioritized_glue_summary.py",
-                 "heldout_auc.py"):
+                 "heldout_auc.py", "noisy_sst2.py", "noisy_sst2_summary.py", "noisy_sst2_irreducible.py"):
         assert outputs[name].startswith(f"usage: {name}")
 
 
