@@ -26,7 +26,7 @@ from reproduce_tmr_cpu import ABLATIONS, ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from integrations.electra.finetune.metrics import MAIN_METRIC  # noqa: E402
+from integrations.electra.finetune.tasks import GLUE_TASKS as GLUE_TABLE  # noqa: E402
 MARKS = (STEPS // 4, STEPS // 2, STEPS)  # 25, 50, 100% of the steps
 THRESHOLD = 0.6  # "has escaped the plateau": held-out AUC this high (the collapsed discriminator sits at 0.5)
 
@@ -239,7 +239,7 @@ def load_finetuning(out: Path) -> dict[tuple[str, int], dict[int, dict[str, floa
         with open(job / "results_runs.jsonl") as lines:
             rows = [json.loads(line) for line in lines]
         scores.setdefault((arm, int(step)), {})[int(seed)] = {
-            task: 100 * float(np.mean([r[MAIN_METRIC[task]] for r in rows if r["task"] == task]))
+            task: 100 * float(np.mean([r[GLUE_TABLE[task].main_metric] for r in rows if r["task"] == task]))
             for task in GLUE_TASKS if any(r["task"] == task for r in rows)}
     return scores
 
@@ -248,12 +248,11 @@ def majority_scores() -> dict[str, float]:
     """Each task's main dev metric × 100 for always predicting its most common training label, from the GLUE data
     fine-tuning uses (../shared/data/glue); empty without it. STS-B is scored 0: a constant prediction has no rank
     correlation."""
-    from integrations.electra.finetune.cli import _default_data_dir
+    from integrations.electra.finetune.options import default_data_dir
     from integrations.electra.finetune.glue import get_task, load_glue_split
-    from integrations.electra.finetune.metrics import glue_metrics
     from integrations.electra.finetune.sources import DataSource
 
-    glue_dir = _default_data_dir("glue")
+    glue_dir = default_data_dir("glue")
     if glue_dir is None:
         return {}
     source, scores = DataSource(local_dir=Path(glue_dir)), {}
@@ -265,7 +264,7 @@ def majority_scores() -> dict[str, float]:
         train_labels = load_glue_split(task, "train", source)["label"]
         majority = max(set(train_labels), key=train_labels.count)
         dev_labels = load_glue_split(task, "validation", source)["label"]
-        scores[name] = 100 * glue_metrics(name, [majority] * len(dev_labels), dev_labels)[MAIN_METRIC[name]]
+        scores[name] = 100 * task.score([majority] * len(dev_labels), dev_labels)[task.main_metric]
     return scores
 
 
