@@ -223,6 +223,16 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
     return float(values.mean()), float(values.std(ddof=1))
 
 
+def format_mean_std(values: Sequence[float], digits: int = 3, scale: float = 1.0) -> str:
+    """A table cell: "mean ± sample std" of the finite values times ``scale`` (just the mean for one value, "–"
+    for none)."""
+    finite = [scale * v for v in values if v is not None and np.isfinite(v)]
+    if not finite:
+        return "–"
+    mean, std = mean_std(finite)
+    return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
 # ----------------------------------------------------------------------------- mixed precision
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 

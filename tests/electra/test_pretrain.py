@@ -341,6 +341,8 @@ def test_cli_compare_without_glue_says_fine_tuning_was_skipped(corpus, tmp_path,
     assert status == 0
     summary = (tmp_path / "cmp" / "summary.md").read_text()
     assert "| electra | tmr-loss_diff |" in summary and "fine-tuning skipped" in summary
+    reason = f"fine-tuning skipped: no GLUE data found (--glue-dir {tmp_path / 'no-glue'} is not a directory)"
+    assert capsys.readouterr().out.startswith(reason) and "--glue-dir hub" in summary  # said first, with the fix
     assert (tmp_path / "cmp" / "compare.png").is_file()
 
 

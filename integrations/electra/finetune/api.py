@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from ..common import mean_std, pick_device, UserError
+from ..common import format_mean_std, mean_std, pick_device, UserError
 from .glue import (check_local_files, encode_glue_split, get_task, GLUE_EIGHT, GLUE_HUB_NAME, GLUE_TASKS,
                    load_glue_split, run_glue_seed, seeded_subset)
 from .options import (DEFAULT_OUTPUT_DIR, DEFAULT_SEEDS, GlueOptions, SquadOptions, SubsetOptions, TrainingOptions,
@@ -223,13 +223,6 @@ def finetune_squad(
 _COUNT_KEYS = ("train_examples", "train_examples_total", "eval_examples", "eval_examples_total")
 
 
-def format_cell(values: Sequence[float], digits: int = 3) -> str:
-    if not values:
-        return "–"
-    mean, std = mean_std(values)
-    return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
-
-
 def _checkpoints(rows: Iterable[dict]) -> list[str]:
     return list(dict.fromkeys(r["checkpoint"] for r in rows))
 
@@ -261,14 +254,14 @@ def glue_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     body = []
     for checkpoint in _checkpoints(rows):
         runs = {t: grouped.get((checkpoint, t), []) for t in tasks}
-        line = [checkpoint] + [format_cell([r[GLUE_TASKS[t].main_metric] for r in runs[t]]) for t in tasks]
+        line = [checkpoint] + [format_mean_std([r[GLUE_TASKS[t].main_metric] for r in runs[t]]) for t in tasks]
         if with_average:
             complete = all(runs[t] for t in GLUE_EIGHT)
             per_seed = glue_average_per_seed(runs) if complete else []
             if complete and not per_seed:  # tasks run with disjoint seeds: average of the means
                 line.append(f"{sum(mean_std([r[GLUE_TASKS[t].main_metric] for r in runs[t]])[0] for t in GLUE_EIGHT) / 8:.3f}")
             else:
-                line.append(format_cell(per_seed))
+                line.append(format_mean_std(per_seed))
         body.append(line)
     return header, body
 
@@ -283,7 +276,7 @@ def squad_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
         if not runs:
             continue
         first = runs[0]
-        body.append([checkpoint, format_cell([r["exact_match"] for r in runs], 1), format_cell([r["f1"] for r in runs], 1),
+        body.append([checkpoint, format_mean_std([r["exact_match"] for r in runs], 1), format_mean_std([r["f1"] for r in runs], 1),
                      f"{first['train_examples']} of {first['train_examples_total']}",
                      f"{first['eval_examples']} of {first['eval_examples_total']}", str(first["subset_seed"])])
     return header, body
@@ -295,9 +288,9 @@ def detail_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     body = []
     for (checkpoint, task), runs in _by_checkpoint_task(rows).items():
         metric_names = [k for k in runs[0] if k in _METRIC_KEYS]
-        metrics = ", ".join(f"{k} {format_cell([r[k] for r in runs], 1 if task == 'squad' else 3)}" for k in metric_names)
-        first = format_cell([r["train_loss_first_epoch"] for r in runs])
-        last = format_cell([r["train_loss_last_epoch"] for r in runs])
+        metrics = ", ".join(f"{k} {format_mean_std([r[k] for r in runs], 1 if task == 'squad' else 3)}" for k in metric_names)
+        first = format_mean_std([r["train_loss_first_epoch"] for r in runs])
+        last = format_mean_std([r["train_loss_last_epoch"] for r in runs])
         losses = f"{first} → {last}"
         seconds = f"{mean_std([r['train_seconds'] for r in runs])[0]:.1f}"
         body.append([checkpoint, task, " ".join(str(r["seed"]) for r in runs), metrics, losses, seconds])
