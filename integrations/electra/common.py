@@ -156,7 +156,7 @@ class OptionParser(HfArgumentParser):
                 action.type = _none_or(action.type)
                 if action.choices is not None:
                     action.choices = [*action.choices, None]
-            if default not in (MISSING, None) and action.help and "default" not in action.help:
+            if default not in (MISSING, None) and action.help and "(default" not in action.help:
                 shown = " ".join(map(str, default)) if isinstance(default, list) else default
                 action.help += f" (default: {shown})"
         for action in self._actions:  # the namespace holds the typed options only
@@ -202,7 +202,7 @@ def options_from(namespace: argparse.Namespace, cls: type, **fixed):
 class ProcessOptions:
     """Process-wide settings every command takes (declared once; applied by `apply_process_options`)."""
 
-    threads: int | None = option(1, "torch CPU threads (none: torch's default, one per core). 1 keeps a step "
+    threads: int | None = option(1, "torch CPU threads; none: torch's choice, one per core. 1 keeps a step "
                                     "fast when other jobs share a small machine (results/threads.md)", "process")
 
 

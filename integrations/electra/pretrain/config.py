@@ -77,7 +77,8 @@ class PretrainConfig:
     alpha: float = option(1.0, "prioritization exponent: P(i) ∝ w_i^alpha", BUFFER)
     beta: float | None = option(None, "importance-weight exponent (default: none, as the paper)", BUFFER)
     eviction: str | None = option(None, "replace a tmr variant's eviction, for ablations: lowest (drop the lowest "
-                                        "weight, the paper's) or fifo (drop the oldest example)", BUFFER)
+                                        "weight, the paper's) or fifo (drop the oldest example) (default: the "
+                                        "variant's own; none undoes a saved one on --resume)", BUFFER)
     grad_norm_method: str = option("ghost", "tmr-grad_norm: ghost (hooks inside the training backward) or loop "
                                             "(B extra passes)", BUFFER)
     corpus: str = option("python-docs", "python-docs (embedded), text files/dirs/globs (.txt, .gz, NLTK .zip; "
