@@ -2,6 +2,7 @@
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python examples/dqn_cartpole.py --seeds 0 1 2 \
         --env-steps 30000 --out results/dqn_cartpole.md
+    python examples/dqn_cartpole.py --seeds 0 --env-steps 400 --warmup 64 --bins 2    # a smoke run, seconds
 
 runs the same agent twice per seed: ``workers=0`` (the loader steps the environment in the training loop)
 and ``workers=1`` (a background thread steps it while the learner trains, a `RateLimiter` holding both to the
@@ -38,7 +39,7 @@ from replayloader import ReplayBuffer, ReplayDataLoader  # noqa: E402
 from replayloader.rate_limiter import RateLimiter  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
 
-STEPS_PER_CALL, BATCH, WARMUP, GAMMA = 2, 64, 1000, 0.99
+STEPS_PER_CALL, BATCH, GAMMA = 2, 64, 0.99
 
 
 class Actor:
@@ -92,7 +93,26 @@ def q_network() -> nn.Module:
     return nn.Sequential(nn.Linear(4, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 2))
 
 
-def train(seed: int, env_steps: int, workers: int) -> dict:
+def td_errors(q: nn.Module, target: nn.Module, data: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Double-DQN targets y and the predictions Q(s, a) of a batch of transitions (tensors)."""
+    with torch.no_grad():
+        best = q(data["next_obs"]).argmax(1, keepdim=True)
+        y = data["reward"] + GAMMA * (1 - data["done"]) * target(data["next_obs"]).gather(1, best).squeeze(1)
+    return y, q(data["obs"]).gather(1, data["action"][:, None]).squeeze(1)
+
+
+def learn(q: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer, batch) -> torch.Tensor:
+    """One importance-weighted update on a sampled batch; returns its new priorities |TD error| + 1e-3."""
+    y, predicted = td_errors(q, target, {k: torch.as_tensor(v) for k, v in batch.data.items()})
+    loss = (torch.as_tensor(batch.weights, dtype=torch.float32)
+            * nn.functional.smooth_l1_loss(predicted, y, reduction="none")).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return (y - predicted).detach().abs() + 1e-3
+
+
+def train(seed: int, env_steps: int, workers: int, warmup: int = 1000) -> dict:
     torch.manual_seed(seed)
     q = q_network()
     target = copy.deepcopy(q)
@@ -101,24 +121,13 @@ def train(seed: int, env_steps: int, workers: int) -> dict:
     buffer = ReplayBuffer(20000, alpha=0.6, beta=0.4, strategy=by_name("per"), seed=seed)
     calls = env_steps // STEPS_PER_CALL
     if workers:  # the same 32 samples per insert as the synchronous loop, within 4 batches either way
-        limiter = RateLimiter(samples_per_insert=BATCH / STEPS_PER_CALL, min_size=WARMUP, error_buffer=4 * BATCH)
+        limiter = RateLimiter(samples_per_insert=BATCH / STEPS_PER_CALL, min_size=warmup, error_buffer=4 * BATCH)
         loader = ReplayDataLoader(actor, buffer, BATCH, steps=calls, workers=workers, rate_limiter=limiter)
     else:
-        loader = ReplayDataLoader(actor, buffer, BATCH, steps=calls, min_size=WARMUP)
+        loader = ReplayDataLoader(actor, buffer, BATCH, steps=calls, min_size=warmup)
     start = time.perf_counter()
     for updates, batch in enumerate(loader, 1):
-        d = {k: torch.as_tensor(v) for k, v in batch.data.items()}
-        with torch.no_grad():
-            best = q(d["next_obs"]).argmax(1, keepdim=True)  # double DQN target
-            y = d["reward"] + GAMMA * (1 - d["done"]) * target(d["next_obs"]).gather(1, best).squeeze(1)
-        predicted = q(d["obs"]).gather(1, d["action"][:, None]).squeeze(1)
-        td = y - predicted
-        loss = (torch.as_tensor(batch.weights, dtype=torch.float32)
-                * nn.functional.smooth_l1_loss(predicted, y, reduction="none")).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        loader.feedback(batch, weight=td.detach().abs() + 1e-3)
+        loader.feedback(batch, weight=learn(q, target, optimizer, batch))
         if updates % 250 == 0:
             actor.refresh(q)
         if updates % 500 == 0:
@@ -137,18 +146,19 @@ def curve(episodes: list[tuple[int, float]], env_steps: int, bins: int) -> np.nd
                      for lo, hi in zip(edges[:-1], edges[1:])])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--env-steps", type=int, default=30000)
     parser.add_argument("--bins", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=1000, help="transitions stored before learning starts")
     parser.add_argument("--out", type=Path, default=None, help="markdown report (a .png plot beside it)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     runs = {}
     for workers in (0, 1):
         for seed in args.seeds:
-            runs[workers, seed] = run = train(seed, args.env_steps, workers)
+            runs[workers, seed] = run = train(seed, args.env_steps, workers, args.warmup)
             last = [r for _, r in run["episodes"][-20:]]
             print(f"workers={workers} seed={seed}: {len(run['episodes'])} episodes, mean return of the last 20 "
                   f"{np.mean(last):.1f}, {run['updates']} updates in {run['seconds']:.0f} s", flush=True)
@@ -162,8 +172,8 @@ def report(args, runs: dict) -> None:
               for w in (0, 1)}
     lines = ["# DQN with prioritized replay on CartPole-v1: environment in a background worker vs inline", "",
              f"Command: `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python examples/dqn_cartpole.py "
-             f"--seeds {' '.join(map(str, args.seeds))} --env-steps {args.env_steps} --bins {args.bins} "
-             f"--out {args.out}`  ",
+             f"--seeds {' '.join(map(str, args.seeds))} --env-steps {args.env_steps} --warmup {args.warmup} "
+             f"--bins {args.bins} --out {args.out}`  ",
              f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",
              f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores shared with other "
              f"jobs, no GPU; torch {torch.__version__} on 1 thread, gymnasium {gym.__version__}", "",

@@ -3,7 +3,7 @@ from .buffer import ReplayBuffer, Sample
 from .checkpoint import flatten_state, load_state, save_state, unflatten_state
 from .loader import ReplayBatch, ReplayDataLoader
 from .locked import LockedBuffer
-from .rate_limiter import LimiterClosed, RateLimiter, RateLimitTimeout
+from .rate_limiter import LimiterClosed, LimiterConfigError, RateLimiter, RateLimitTimeout
 from .sampler import LinearSchedule, PrioritizedSampler, SampledBatch
 from .storage import Storage
 from .sumtree import SumTree
@@ -13,7 +13,8 @@ from . import strategies
 __version__ = "0.1.0"
 
 __all__ = ["ReplayBuffer", "ReplayDataLoader", "ReplayBatch", "Sample", "Storage", "SumTree", "strategies",
-           "LockedBuffer", "RateLimiter", "RateLimitTimeout", "LimiterClosed", "WorkerError",
+           "LockedBuffer", "RateLimiter", "RateLimitTimeout", "LimiterClosed", "LimiterConfigError",
+           "WorkerError",
            "flatten_state", "unflatten_state", "save_state", "load_state", "__version__", "PrioritizedSampler",
            "SampledBatch", "LinearSchedule", "PrioritizedBatchSampler"]
 

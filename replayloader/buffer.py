@@ -24,14 +24,14 @@ import numpy as np
 from .kernels.buffer import (ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_add, draw_sample, first_bad_victim,
                              first_invalid, place, resolve_ids, write_weights)
 from .kernels.rng import seed_state
-from .feedback import as_feedback_array, invalid_value
+from .feedback import invalid_value, read_feedback
+from .state_checks import (array as state_array, check_header, counters, field, finite_nonnegative, first_bad, integer,
+                           require, rng_words)
 from .storage import Storage, to_numpy
-from .strategies import KNOWN_FEEDBACK, Strategy, WeightUpdate
+from .strategies import Strategy, TreeReadView
 from .sumtree import SumTree
 
 STATE_VERSION = 2
-_ARRAY_FEEDBACK = ("logits", "targets", "mask")  # per-example arrays of any shape, read by the update itself
-_VALUE_FEEDBACK = frozenset(KNOWN_FEEDBACK) - frozenset(_ARRAY_FEEDBACK)  # one value per example
 
 
 @dataclass
@@ -134,8 +134,9 @@ class ReplayBuffer:
         self._epoch = 0
         self.counters = {"add_calls": 0, "added": 0, "evicted": 0, "sample_calls": 0, "sampled": 0,
                          "updated": 0, "stale_feedback": 0, "first_visits": 0, "sampled_age_sum": 0}
-        self.strategy.update.bind(self.capacity)
+        self.strategy.bind(self.capacity)
         self.view = BufferReadView(self)
+        self.tree_view = TreeReadView(self.tree)  # what evictions see of the tree
         self._beta_arg = -1.0 if self.beta is None else self.beta  # the kernel's "no importance weights"
         self._stratified = self.sampling == "stratified"
 
@@ -184,7 +185,7 @@ class ReplayBuffer:
         else:
             victims = _EMPTY_I64
             if n_evicted:
-                victims = np.ascontiguousarray(evict.choose(tree, n_evicted), np.int64)
+                victims = np.ascontiguousarray(evict.choose(self.tree_view, n_evicted), np.int64)
                 if victims.shape != (n_evicted,):
                     raise ValueError(f"eviction {evict.name!r} chose {victims.shape} slots, expected ({n_evicted},)")
                 stamp = -2 - self.counters["add_calls"]  # new for every add, never an update's epoch
@@ -197,7 +198,7 @@ class ReplayBuffer:
         self.storage.write(slots, batch, run_start)
         # From here on the buffer changes.
         if evict.commits:
-            evict.commit(tree, slots[n - n_evicted:])
+            evict.commit(self.tree_view, slots[n - n_evicted:])
         if features is not None:
             if self.features is None:
                 self.features = np.zeros((self.capacity, features.shape[1]))
@@ -284,7 +285,7 @@ class ReplayBuffer:
     def update(self, ids: Any, **feedback: Any) -> int:
         """Apply per-example feedback (e.g. ``loss=``) to the examples of ``ids``; returns how many changed.
 
-        Every keyword is validated; the strategy's update reads the ones it needs. Stale ids are skipped and
+        The keywords are those the strategy's update declares (`replayloader.feedback`). Stale ids are skipped and
         counted; a duplicated id counts once, with its last value.
         """
         if not (type(ids) is np.ndarray and ids.dtype == np.int64 and ids.ndim == 1 and ids.size
@@ -295,7 +296,7 @@ class ReplayBuffer:
                                  f"shape {ids.shape}")
             ids = np.ascontiguousarray(ids, np.int64)
         update = self.strategy.update
-        values, source = self._feedback_values(update, ids, feedback)
+        values, source = read_feedback(update, feedback, len(ids))
         self._epoch += 1
         fused = None if values is None else update.fused_step()
         if fused is not None:  # the part's rule as one compiled step: resolve ids, compute, write
@@ -332,46 +333,6 @@ class ReplayBuffer:
         counters["updated"] += len(target)
         return len(target)
 
-    def _feedback_values(self, update: WeightUpdate, ids: np.ndarray,
-                         feedback: Mapping[str, Any]) -> tuple[np.ndarray | None, str]:
-        """Every keyword checked (those the update does not read, fully); the values the update reads (not yet
-        checked for NaN, inf or negatives: `resolve_ids` does that) and the keyword that names them in errors."""
-        k = len(ids)
-        if len(feedback) == 1:  # the usual call: one per-example keyword, often already as the kernels want it
-            (name, value), = feedback.items()
-            if (type(value) is np.ndarray and value.dtype == np.float64 and value.shape == (k,)
-                    and value.flags.c_contiguous and name in _VALUE_FEEDBACK):
-                values = update.values(feedback)
-                if values is value:
-                    return values, name
-                return self._derived_values(update, values, feedback, k)
-        arrays = {}
-        for name, value in feedback.items():
-            if name in _ARRAY_FEEDBACK:
-                arrays[name] = to_numpy(value, name)
-            elif name in KNOWN_FEEDBACK:
-                arrays[name] = as_feedback_array(name, value, k)
-            else:
-                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
-        return self._derived_values(update, update.values(arrays), arrays, k)
-
-    @staticmethod
-    def _derived_values(update: WeightUpdate, values: np.ndarray | None, arrays: Mapping[str, np.ndarray],
-                        k: int) -> tuple[np.ndarray | None, str]:
-        """`_feedback_values` once the update has read the checked keywords: the keywords it did not read are
-        checked for bad values, and values it derived (e.g. from logits) are checked for shape."""
-        source = update.feedback_key or "feedback"  # what an invalid value is called in the error
-        for name, array in arrays.items():
-            if array is values:
-                source = name
-            elif name not in _ARRAY_FEEDBACK:  # a keyword this update does not read is still checked
-                bad = first_invalid(array)
-                if bad >= 0:
-                    raise invalid_value(name, array, bad)
-        if values is not None and source not in arrays:  # derived by the update, e.g. from logits
-            values = as_feedback_array(source, values, k)
-        return values, source
-
     @staticmethod
     def _refuse(status: int, bad: int, ids: np.ndarray, source: str, values: np.ndarray | None) -> None:
         """Raise the error for a failed `resolve_ids` status (nothing was written)."""
@@ -399,9 +360,7 @@ class ReplayBuffer:
         """A snapshot (copies, not views) of everything needed to continue exactly: slots, weights, counters,
         RNG, strategy memory and stored data."""
         return {
-            "version": STATE_VERSION,
-            "config": {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta, "sampling": self.sampling,
-                       "tree_dtype": str(self.tree.dtype), "strategy": self.strategy.describe()},
+            "version": STATE_VERSION, "config": self._config(),
             "size": self.size, "next_serial": self.next_serial,
             "weights": self.weights.copy(), "visits": self.meta[:, VISITS].copy(),
             "slot_serial": self.meta[:, SERIAL].copy(), "added_at_call": self.meta[:, ADDED_AT].copy(),
@@ -411,35 +370,69 @@ class ReplayBuffer:
             "strategy": self.strategy.state_dict(), "storage": self.storage.state_dict(),
         }
 
-    def load_state_dict(self, state: Mapping) -> None:
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')!r} is not supported (expected {STATE_VERSION})")
-        config = state["config"]
-        mine = {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta, "sampling": self.sampling,
+    def _config(self) -> dict:
+        return {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta, "sampling": self.sampling,
                 "tree_dtype": str(self.tree.dtype), "strategy": self.strategy.describe()}
-        for key, value in mine.items():
-            if config[key] != value:
-                raise ValueError(f"checkpoint has {key}={config[key]!r} but this buffer has {key}={value!r}")
-        rng = np.asarray(state["rng"])
-        if rng.shape != (4,) or rng.dtype != np.uint64:
-            raise ValueError(f"checkpoint rng state must be 4 uint64 words, got dtype {rng.dtype} shape {rng.shape}")
-        self.size = int(state["size"])
-        self.next_serial = int(state["next_serial"])
-        self.weights[:] = np.asarray(state["weights"], np.float64)  # in place: the read view keeps pointing here
-        self.meta[:, SERIAL] = state["slot_serial"]
-        self.meta[:, ADDED_AT] = state["added_at_call"]
-        self.meta[:, VISITS] = state["visits"]
-        self.meta[:, MARK] = -1
-        self.last_add_slots = np.array(state["last_add_slots"], np.int64)
-        self.features = None if state["features"] is None else np.array(state["features"], np.float64)
-        self.counters = {k: int(v) for k, v in state["counters"].items()}
-        self.rng_state = rng.copy()
-        self.strategy.update.bind(self.capacity)
-        self.strategy.load_state_dict(state["strategy"])
-        self.storage.load_state_dict(state["storage"])
-        self.tree.clear()
-        live = np.arange(self.size, dtype=np.int64)
-        live_weights = self.weights[: self.size].copy()
-        self._set_weights(live, live_weights)
-        self._epoch = 0
 
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore a `state_dict` of a buffer with the same configuration: all or nothing.
+
+        Every value is checked first (shapes, dtypes, ranges, the consistency of slots, serials and size, the RNG
+        state, the stored data); a state that fails any check raises `state_checks.InvalidState` naming the
+        field, and the buffer is exactly as it was. Nothing loaded reaches a compiled kernel unchecked.
+        """
+        where = check_header(state, STATE_VERSION, self._config(), "buffer")
+        n = self.capacity
+        size = integer(state, "size", where, 0, n)
+        next_serial = integer(state, "next_serial", where, size)
+        counts = counters(state, "counters", where, self.counters)
+        weights = state_array(state, "weights", where, (n,), "fiu", np.float64)
+        finite_nonnegative(weights, f"{where}['weights']")
+        serial = state_array(state, "slot_serial", where, (n,), "iu", np.int64)
+        added_at = state_array(state, "added_at_call", where, (n,), "iu", np.int64)
+        visits = state_array(state, "visits", where, (n,), "iu", np.int64)
+        live = slice(0, size)
+        empty = slice(size, n)
+        # Slots fill in order and are only reused once the buffer is full, so the stored examples sit in slots
+        # [0, size), each with its own serial below next_serial; the other slots never held one.
+        bad = first_bad((serial[live] < 0) | (serial[live] >= next_serial))
+        require(bad < 0, f"{where}['slot_serial'][{bad}] = {serial[bad] if bad >= 0 else 0} must lie in "
+                         f"[0, next_serial={next_serial}) for a stored example (size {size})")
+        require(len(np.unique(serial[live])) == size, f"{where}['slot_serial'] gives two stored examples one serial")
+        for name, values, value in (("slot_serial", serial, -1), ("added_at_call", added_at, 0), ("visits", visits, 0)):
+            bad = first_bad(values[empty] != value)
+            require(bad < 0, f"{where}[{name!r}][{size + bad}] must be {value} for an empty slot (size {size})")
+        bad = first_bad((added_at[live] < 0) | (added_at[live] >= max(counts["add_calls"], 1)))
+        require(bad < 0, f"{where}['added_at_call'][{bad}] must lie in [0, add_calls={counts['add_calls']})")
+        bad = first_bad(visits < 0)
+        require(bad < 0, f"{where}['visits'][{bad}] must be >= 0")
+        require(counts["added"] == next_serial, f"{where}: counters['added'] = {counts['added']} must equal "
+                                                f"next_serial = {next_serial} (one serial per added example)")
+        last_add = state_array(state, "last_add_slots", where, (-1,), "iu", np.int64)
+        require(bool(((last_add >= 0) & (last_add < size)).all()) and len(np.unique(last_add)) == len(last_add),
+                f"{where}['last_add_slots'] must be distinct stored slots in [0, {size}), got {last_add}")
+        features = None
+        if field(state, "features", where) is not None:
+            features = state_array(state, "features", where, (n, -1), "fiu", np.float64)
+            require(bool(np.isfinite(features).all()), f"{where}['features'] must be finite")
+        require(features is not None or not (self.strategy.init.feature_based and size),
+                f"{where}['features'] is missing, but initializer {self.strategy.init.name!r} reads features")
+        rng = rng_words(state, "rng", where)
+        storage = self.storage.checked_state(field(state, "storage", where))
+        require(storage[0] or not size, f"{where}['storage'] holds no fields, but size is {size}")
+        self.strategy.load_state_dict(field(state, "strategy", where))  # all parts or none; the last check
+        # Everything is checked: from here on nothing can fail.
+        self.storage.commit_state(storage)
+        self.size, self.next_serial = size, next_serial
+        self.weights[:] = weights  # in place: the read view keeps pointing here
+        self.meta[:, SERIAL] = serial
+        self.meta[:, ADDED_AT] = added_at
+        self.meta[:, VISITS] = visits
+        self.meta[:, MARK] = -1
+        self.last_add_slots = last_add
+        self.features = features
+        self.counters = counts
+        self.rng_state = rng
+        self.tree.clear()
+        self._set_weights(np.arange(size, dtype=np.int64), weights[:size].copy())
+        self._epoch = 0

@@ -2,7 +2,8 @@
 
 `flatten_state` splits a nested dict into ``arrays`` (numpy arrays and torch tensors, keyed by dotted path)
 and ``meta`` (everything JSON can hold, with array leaves replaced by a marker). `save_state`/`load_state`
-write them as an ``.npz`` plus a ``.json`` next to it.
+write them as one ``.npz`` whose JSON member also records a digest of every array; the write is atomic
+(`atomic.atomic_write`) and the read checks every digest, so a damaged file is named, never half-used.
 """
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from .atomic import atomic_write, sha256_bytes
 from .storage import is_torch_tensor
 
 _MARK = "__array__"
+_META = "__meta__"  # the archive member holding the JSON (`flatten_state` refuses it as a key)
 
 
 class StateFileError(ValueError):
@@ -31,8 +34,9 @@ def flatten_state(state: dict) -> tuple[dict[str, Any], dict]:
     def walk(node: Any, path: str) -> Any:
         if isinstance(node, dict):
             for key in node:
-                if not isinstance(key, str) or "." in key:
-                    raise ValueError(f"state keys must be strings without '.', got {key!r} at {path or 'root'}")
+                if not isinstance(key, str) or "." in key or key == _META:
+                    raise ValueError(f"state keys must be strings without '.' (and not {_META!r}), got {key!r} at "
+                                     f"{path or 'root'}")
             return {k: walk(v, f"{path}.{k}" if path else k) for k, v in node.items()}
         if isinstance(node, np.ndarray) or is_torch_tensor(node):
             arrays[path] = node
@@ -65,19 +69,74 @@ def unflatten_state(arrays: dict[str, Any], meta: dict) -> dict:
     return walk(meta)
 
 
+FORMAT = "replayloader-state/2"
+
+
+def _array_digest(array: np.ndarray) -> str:
+    """sha256 over dtype, shape and bytes: a flipped bit, a changed shape or a reinterpreted dtype all differ."""
+    header = f"{array.dtype.str}{array.shape}".encode()
+    return sha256_bytes(header + np.ascontiguousarray(array).tobytes())
+
+
 def save_state(state: dict, path: str | Path) -> None:
-    """Write ``path`` (.npz of arrays, tensors copied to host) and ``path`` + '.json' (the rest)."""
+    """Write ``state`` to ``path`` as one ``.npz`` (tensors copied to host), atomically.
+
+    The archive holds the arrays and a JSON member with the rest of the state and a sha256 digest of every array;
+    it is written under a temporary name, fsynced and renamed over ``path``, so a kill or a full disk during the
+    save leaves the previous file intact.
+    """
     path = Path(path)
     arrays, meta = flatten_state(state)
     host = {k: (v.detach().cpu().numpy() if is_torch_tensor(v) else v) for k, v in arrays.items()}
-    with open(path, "wb") as f:
-        np.savez(f, **host)
-    path.with_name(path.name + ".json").write_text(json.dumps(meta))
+    header = {"format": FORMAT, "state": meta, "digests": {k: _array_digest(v) for k, v in host.items()}}
+    encoded = np.frombuffer(json.dumps(header).encode("utf-8"), np.uint8)
+    atomic_write(path, lambda f: np.savez(f, **host, **{_META: encoded}))
 
 
 def load_state(path: str | Path) -> dict:
+    """Read a file written by `save_state`, checking every array against its digest.
+
+    Raises `StateFileError` naming the file and the problem (missing, truncated, not an archive, damaged
+    array, unreadable JSON). Files of the earlier two-file format (``.npz`` + ``.json`` beside it) still load.
+    """
     path = Path(path)
-    meta = json.loads(path.with_name(path.name + ".json").read_text())
-    with np.load(path, allow_pickle=False) as data:
-        arrays = {k: data[k] for k in data.files}
-    return unflatten_state(arrays, meta)
+    if not path.is_file():
+        raise StateFileError(path, "no such file")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    except Exception as err:  # zipfile, numpy and OS errors all mean the same here: the archive is unreadable
+        raise StateFileError(path, f"not a readable state archive (truncated or damaged?): {err}") from None
+    if _META not in arrays:
+        return _load_two_file_state(path, arrays)
+    try:
+        header = json.loads(arrays.pop(_META).tobytes().decode("utf-8"))
+        meta, digests = header["state"], header["digests"]
+        if header.get("format") != FORMAT:
+            raise ValueError(f"unknown format {header.get('format')!r}")
+    except Exception as err:
+        raise StateFileError(path, f"its metadata is unreadable: {err}") from None
+    if set(digests) != set(arrays):
+        raise StateFileError(path, f"arrays {sorted(set(digests) ^ set(arrays))} are missing or unexpected")
+    for key, array in arrays.items():
+        if _array_digest(array) != digests[key]:
+            raise StateFileError(path, f"array {key!r} does not match its recorded sha256 (the file is damaged)")
+    try:
+        return unflatten_state(arrays, meta)
+    except Exception as err:
+        raise StateFileError(path, f"its metadata does not match its arrays: {err!r}") from None
+
+
+def _load_two_file_state(path: Path, arrays: dict) -> dict:
+    """The format before digests: the JSON sits beside the archive as ``path`` + '.json'."""
+    sidecar = path.with_name(path.name + ".json")
+    try:
+        meta = json.loads(sidecar.read_text())
+    except FileNotFoundError:
+        raise StateFileError(path, f"holds no metadata and {sidecar.name} is missing") from None
+    except Exception as err:
+        raise StateFileError(sidecar, f"unreadable JSON: {err}") from None
+    try:
+        return unflatten_state(arrays, meta)
+    except Exception as err:
+        raise StateFileError(path, f"{sidecar.name} does not match the archive: {err!r}") from None

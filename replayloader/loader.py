@@ -8,6 +8,7 @@ on the batches of that step as ``aux``.
 With ``workers=K`` the producer runs in K background threads (or processes) instead, and its results enter the
 buffer in item order through a bounded queue while the training loop samples (`workers.OrderedFeed`); a
 `RateLimiter` holds the two sides to a samples-per-insert ratio. Every buffer call then holds ``loader.lock``.
+Without workers a `RateLimiter` sets how many batches each produced batch buys (the loop never waits).
 """
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from typing import Any
 import numpy as np
 
 from .buffer import ReplayBuffer, Sample
+from .deferred import DeferredFeedback
 from .locked import LockedBuffer
-from .rate_limiter import RateLimiter, credit_limiter
+from .rate_limiter import LimiterConfigError, RateLimiter, RateLimitTimeout, credit_limiter
+from .state_checks import field, integer, number
 from .workers import OrderedFeed, ProducerPool
 
 
@@ -51,18 +54,25 @@ class ReplayDataLoader:
             producer, for Python-heavy work).
         queue_size: produced batches that may be in flight before workers pause (default 2 K); without a
             rate limiter, also how many produced batches the buffer may get ahead of the training loop.
-        rate_limiter: a `RateLimiter` (needs workers) that paces inserted vs sampled examples; without one the
-            training loop takes ``replay_ratio`` batches per produced batch as they arrive.
+        rate_limiter: a `RateLimiter` that paces inserted vs sampled examples (then ``replay_ratio`` is unused):
+            with workers, the side that runs ahead waits; without workers, the loop yields after each produced
+            batch as many batches as the limiter admits. Without one the loop takes ``replay_ratio`` batches per
+            produced batch (as they arrive, with workers).
         timeout: seconds the training loop waits for background data before `RateLimitTimeout` (without a
-            rate limiter; a rate limiter has its own).
+            rate limiter; a rate limiter has its own). The error comes after that time even while a producer
+            call is still running (that call is not waited for: a thread finishes it in the background).
         start_method: multiprocessing start method for process workers.
+        defer_feedback: `feedback` only starts moving the signals to the host (`deferred.DeferredFeedback`); they
+            reach the buffer just before the next produced batch is added (before the next sample with
+            workers), so a GPU step never waits for its feedback copy. Same results; an invalid value is
+            reported one step later.
     """
 
     def __init__(self, producer: Callable[..., Any], buffer: ReplayBuffer, batch_size: int,
                  replay_ratio: float = 1, source: Iterable | None = None, steps: int | None = None,
                  min_size: int = 0, workers: int = 0, worker_kind: str = "thread", queue_size: int | None = None,
                  rate_limiter: RateLimiter | None = None, timeout: float = 60.0,
-                 start_method: str = "spawn") -> None:
+                 start_method: str = "spawn", defer_feedback: bool = False) -> None:
         if not callable(producer):
             raise TypeError(f"producer must be callable, got {type(producer).__name__}")
         if not isinstance(buffer, ReplayBuffer):
@@ -77,11 +87,12 @@ class ReplayDataLoader:
             raise ValueError("give a source iterable or a number of steps, or the loader would never end")
         if not 0 <= min_size <= buffer.capacity:
             raise ValueError(f"min_size must lie in [0, {buffer.capacity}], got {min_size!r}")
-        _check_workers(workers, worker_kind, queue_size, rate_limiter, min_size, timeout)
+        _check_workers(workers, worker_kind, queue_size, rate_limiter, min_size, timeout, batch_size)
         self.producer = producer
         self.buffer = buffer
         self.shared = LockedBuffer(buffer)
         self.lock = self.shared.lock  # held around every buffer call; hold it yourself for buffer calls of your own
+        self._deferred = DeferredFeedback(self.shared.update) if defer_feedback else None
         self.batch_size = int(batch_size)
         self.replay_ratio = float(replay_ratio)
         self.source = source
@@ -135,13 +146,18 @@ class ReplayDataLoader:
         yield from self._iter_background() if self.workers else self._iter_inline()
 
     def _iter_inline(self) -> Iterator[ReplayBatch]:
-        meter = self._meter
+        meter, limiter = self._meter, self.rate_limiter
+        if limiter is not None:
+            limiter.reopen()
         for item in self._items():
             began = time.perf_counter()
             if self.source is not None:
                 self.consumed += 1
             produced = self.producer() if self.source is None else self.producer(item)
             examples, aux = _split(produced)
+            if limiter is not None:
+                limiter.check_progress(_batch_length(examples), self.batch_size)
+            self.flush_feedback()  # the producer's device work is queued: now wait for the last step's feedback
             with self.lock:
                 self.buffer.add(examples)
                 fresh_slots = self.buffer.last_add_slots
@@ -149,6 +165,12 @@ class ReplayDataLoader:
             self.step += 1
             meter["inserted"] += len(fresh_slots)
             meter["learner_wait"] += time.perf_counter() - began
+            if limiter is not None:  # as many batches as the limiter admits; it never has to wait here
+                limiter.record_insert(len(fresh_slots))
+                while limiter.can_sample(self.batch_size):
+                    limiter.acquire_sample(self.batch_size)
+                    yield self._sample(fresh_slots, aux, self.step)
+                continue
             if size < self.min_size:
                 continue
             self._credit += self.replay_ratio
@@ -210,10 +232,12 @@ class ReplayDataLoader:
         pool = ProducerPool(self.producer, self.workers, self.worker_kind, use_item=self.source is not None,
                             start_method=self.start_method)
         feed = OrderedFeed(pool, self._items(), consume, self.queue_size, on_finish=limiter.finish_inserts,
-                           on_dispatch=remember_source).start()
+                           on_dispatch=remember_source, passthrough=(LimiterConfigError,)).start()
         finished = False
+        timed_out = False  # then a producer call still running is not waited for: timeout bounds the wait
         try:
             while True:
+                self.flush_feedback()
                 began = time.perf_counter()
                 admitted = limiter.acquire_sample(self.batch_size if per_example else 1)
                 meter["learner_wait"] += time.perf_counter() - began
@@ -224,10 +248,13 @@ class ReplayDataLoader:
                     fresh_slots, aux = self._latest
                     batch = self._sample(fresh_slots, aux, self.step)
                 yield batch
+        except RateLimitTimeout:
+            timed_out = True
+            raise
         finally:
             feed.halt()
             limiter.close()  # wakes a feed blocked on the limiter
-            feed.stop()
+            feed.stop(wait_for_producers=not timed_out)
             meter["producer_wait"] += feed.producer_wait + limiter.insert_wait - self._insert_wait0
             if not per_example:
                 self._credit = limiter.diff
@@ -240,8 +267,17 @@ class ReplayDataLoader:
             self.consumed = 0
 
     def feedback(self, batch: Sample, **signals: Any) -> int:
-        """Route per-example signals (loss=, grad_norm=, ...) for a yielded batch to the buffer's strategy."""
+        """Route per-example signals (loss=, grad_norm=, ...) for a yielded batch to the buffer's strategy; returns
+        how many weights changed (0 with ``defer_feedback``: they change at the next `flush_feedback`)."""
+        if self._deferred is not None:
+            self._deferred.push(batch.ids, **signals)
+            return 0
         return self.shared.update(batch.ids, **signals)
+
+    def flush_feedback(self) -> int:
+        """Apply deferred feedback now (the loader does it before it next adds or samples, and before
+        `state_dict`); returns how many weights changed."""
+        return 0 if self._deferred is None or not len(self._deferred) else self._deferred.flush()
 
     def stats(self) -> dict[str, float]:
         """Throughput and waiting since the first pass began: inserted and sampled examples per second, seconds
@@ -261,6 +297,7 @@ class ReplayDataLoader:
         """Buffer, position and pacing. With workers running, a consistent snapshot: it holds the lock, so no
         produced batch enters the buffer meanwhile, and it records the position of the last batch added
         (batches still in flight are produced again after a resume)."""
+        self.flush_feedback()  # feedback already given belongs to the state
         with self.lock:
             credit = self._credit if self._pace is None or self.rate_limiter is not None else self._pace.diff
             state = {"step": self.step, "consumed": self.consumed, "credit": credit,
@@ -276,18 +313,35 @@ class ReplayDataLoader:
         return state
 
     def load_state_dict(self, state: Mapping) -> None:
-        """Restore the buffer and the position; a source without state_dict is fast-forwarded on next iter."""
+        """Restore the buffer and the position; a source without state_dict is fast-forwarded on next iter.
+
+        All or nothing: the loader's own values are checked first, and if the buffer refuses its state, a source
+        that was already restored gets its previous state back."""
         if self._pace is not None:
             raise RuntimeError("load_state_dict while a background pass runs; finish or break out of it first")
-        self.buffer.load_state_dict(state["buffer"])
-        self.step = int(state["step"])
-        self.consumed = int(state["consumed"])
-        self._credit = float(state["credit"])
+        where = "loader state"
+        step = integer(state, "step", where, 0)
+        consumed = integer(state, "consumed", where, 0)
+        credit = number(state, "credit", where)
+        limiter = None
         if self.rate_limiter is not None and "rate_limiter" in state:
-            self.rate_limiter.load_state_dict(state["rate_limiter"])
-        if "source" in state and hasattr(self.source, "load_state_dict"):
+            limiter = self.rate_limiter.checked_state(state["rate_limiter"])
+        buffer_state = field(state, "buffer", where)
+        restores_source = "source" in state and hasattr(self.source, "load_state_dict")
+        previous_source = None
+        if restores_source:
+            previous_source = self.source.state_dict() if hasattr(self.source, "state_dict") else None
             self.source.load_state_dict(state["source"])
-        else:
+        try:
+            self.buffer.load_state_dict(buffer_state)
+        except Exception:
+            if previous_source is not None:
+                self.source.load_state_dict(previous_source)
+            raise
+        self.step, self.consumed, self._credit = step, consumed, credit
+        if limiter is not None:
+            self.rate_limiter.commit_state(limiter)
+        if not restores_source:
             self._skip = self.consumed
         self._resuming = True
 
@@ -307,7 +361,7 @@ def _batch_length(examples: Mapping) -> int:
 
 
 def _check_workers(workers: Any, kind: str, queue_size: Any, rate_limiter: Any, min_size: int,
-                   timeout: Any) -> None:
+                   timeout: Any, batch_size: int) -> None:
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 0:
         raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
     if kind not in ("thread", "process"):
@@ -318,9 +372,7 @@ def _check_workers(workers: Any, kind: str, queue_size: Any, rate_limiter: Any, 
     if rate_limiter is not None:
         if not isinstance(rate_limiter, RateLimiter):
             raise TypeError(f"rate_limiter must be a RateLimiter, got {type(rate_limiter).__name__}")
-        if not workers:
-            raise ValueError("rate_limiter needs workers >= 1: producer and learner in one thread cannot wait "
-                             "for each other")
+        rate_limiter.check_progress(1, batch_size)  # the part known now; the produced batch size is checked on arrival
         if min_size:
             raise ValueError(f"min_size={min_size!r} with a rate_limiter: set the limiter's min_size instead")
     if not (isinstance(timeout, (int, float)) and np.isfinite(timeout) and timeout > 0):

@@ -22,8 +22,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
+
+from .state_checks import integer
 
 
 class RateLimitTimeout(TimeoutError):
@@ -32,6 +35,10 @@ class RateLimitTimeout(TimeoutError):
 
 class LimiterClosed(RuntimeError):
     """The limiter was closed (loader shut down) while a caller waited."""
+
+
+class LimiterConfigError(ValueError):
+    """The limiter's settings would let inserts and samples of the given sizes block each other forever."""
 
 
 def _check_number(name: str, value: float, low: float, *, strict: bool = False) -> float:
@@ -62,6 +69,7 @@ class RateLimiter:
         self.error_buffer = _check_number("error_buffer", error_buffer, 0.0, strict=True)
         self.timeout = _check_number("timeout", timeout, 0.0, strict=True)
         self.insert_timeout: float | None = self.timeout  # None: producers wait as long as the learner needs
+        self.unit = ("example", "examples")  # what inserts and samples count (singular, plural), for messages
         offset = self.samples_per_insert * self.min_size
         self.min_diff = offset - self.error_buffer
         self.max_diff = offset + self.error_buffer
@@ -87,12 +95,13 @@ class RateLimiter:
         return self.inserts >= self.min_size and self.diff - k >= self.min_diff
 
     def check_progress(self, n: int, k: int) -> None:
-        """Raise if inserts of n and samples of k could block each other forever."""
+        """Raise `LimiterConfigError` if inserts of n and samples of k could block each other forever."""
         need = n * self.samples_per_insert + k
         if 2 * self.error_buffer < need:
-            raise ValueError(f"error_buffer={self.error_buffer:g} is too small for inserts of {n} and samples "
-                             f"of {k} at samples_per_insert={self.samples_per_insert:g}: both sides could block "
-                             f"forever; use error_buffer >= {need / 2:g}")
+            raise LimiterConfigError(
+                f"error_buffer={self.error_buffer:g} is too small for inserts of {n} and samples of {k} at "
+                f"samples_per_insert={self.samples_per_insert:g}: both sides could block forever; use "
+                f"error_buffer >= {need / 2:g}")
 
     # ------------------------------------------------------------------ waiting
     def acquire_insert(self, n: int) -> None:
@@ -102,7 +111,7 @@ class RateLimiter:
     def wait_insert(self, n: int) -> None:
         """Block until an insert of n would be admitted, without counting it. For a single inserter that must
         count the insert together with the buffer call (`record_insert`), e.g. under the buffer's lock."""
-        self._acquire("insert", 0, lambda: self.can_insert(n))
+        self._acquire("insert", n, lambda: self.can_insert(n), count=False)
 
     def record_insert(self, n: int) -> None:
         """Count n inserted examples that `wait_insert` admitted."""
@@ -116,7 +125,7 @@ class RateLimiter:
         will be."""
         return self._acquire("sample", k, lambda: self.can_sample(k) or self._inserts_done)
 
-    def _acquire(self, side: str, amount: int, ready) -> bool:
+    def _acquire(self, side: str, amount: int, ready, count: bool = True) -> bool:
         with self._cond:
             start = time.perf_counter()
             limit = self.timeout if side == "sample" else self.insert_timeout
@@ -130,14 +139,15 @@ class RateLimiter:
                 if left <= 0:
                     raise RateLimitTimeout(
                         f"{'a producer' if side == 'insert' else 'the learner'} waited {limit:g} s to "
-                        f"{side} {amount} examples: inserts={self.inserts}, samples={self.samples}, "
-                        f"diff={self.diff:g} must stay in [{self.min_diff:g}, {self.max_diff:g}] "
-                        f"(min_size={self.min_size}); the other side is stalled or too slow (raise timeout)")
+                        f"{side} {amount} {self.unit[amount != 1]}: inserts={self.inserts:g}, "
+                        f"samples={self.samples:g} ({self.unit[1]}), diff={self.diff:g} must stay in "
+                        f"[{self.min_diff:g}, {self.max_diff:g}] (min_size={self.min_size}); the other side is "
+                        "stalled or too slow (raise timeout)")
                 self._cond.wait(min(left, 3600.0))
             waited = time.perf_counter() - start
             if side == "insert":
                 self.insert_wait += waited
-                self.inserts += amount
+                self.inserts += amount if count else 0
             else:
                 self.sample_wait += waited
                 if not self.can_sample(amount):  # producers finished and the sample is refused: no more data
@@ -184,9 +194,16 @@ class RateLimiter:
             return {"inserts": self.inserts, "samples": self.samples}
 
     def load_state_dict(self, state: Mapping) -> None:
+        self.commit_state(self.checked_state(state))
+
+    @staticmethod
+    def checked_state(state: Any) -> tuple[int, int]:
+        """The counts a `state_dict` holds, checked (raises `InvalidState` before anything changes)."""
+        return (integer(state, "inserts", "rate limiter state", 0), integer(state, "samples", "rate limiter state", 0))
+
+    def commit_state(self, counts: tuple[int, int]) -> None:
         with self._cond:
-            self.inserts = int(state["inserts"])
-            self.samples = int(state["samples"])
+            self.inserts, self.samples = counts
             self.diff_range = [np.inf, -np.inf]
             self._record()
 
@@ -203,5 +220,6 @@ def credit_limiter(samples_per_insert: float, timeout: float, credit: float = 0.
     limiter.min_size, limiter.min_diff = 0, -1e-9
     limiter.max_diff = ahead * samples_per_insert + 1.0  # > 1 - samples_per_insert: both sides never block at once
     limiter.insert_timeout = None
+    limiter.unit = ("batch", "batches")
     limiter.samples = -credit
     return limiter

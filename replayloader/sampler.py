@@ -25,10 +25,13 @@ from typing import Any
 import numpy as np
 
 from .kernels.rng import seed_state, uniforms
-from .feedback import check_feedback_array
+from .feedback import check_values, read_feedback
+from .kernels.buffer import tree_priorities
 from .kernels.sampler import OUT_OF_RANGE, resolve_feedback
+from .state_checks import (array, counters, field, finite_nonnegative, integer, require, rng_words,
+                           check_header)
 from .storage import to_numpy
-from .strategies import KNOWN_FEEDBACK, Initializer, LossValue, MeanWeight, WeightUpdate
+from .strategies import Initializer, LossValue, MeanWeight, WeightUpdate
 from .sumtree import SumTree
 
 STATE_VERSION = 1
@@ -178,11 +181,13 @@ class PrioritizedSampler:
 
     # ------------------------------------------------------------------ weights
     def _set_weights(self, indices: np.ndarray, weights: np.ndarray | float) -> None:
-        # One weight each, even when the initializer gave one number for all: numpy's vectorised power can
-        # differ from its scalar power in the last bit, and a restored tree is rebuilt from per-index weights.
-        weights = np.maximum(np.broadcast_to(np.asarray(weights, np.float64), np.shape(indices)), self.floor)
+        # One weight each, even when the initializer gave one number for all, and w^alpha by the buffer's own
+        # kernel: a restored tree, rebuilt from per-index weights, then holds the very same priorities.
+        if not (type(weights) is np.ndarray and weights.dtype == np.float64 and weights.shape == np.shape(indices)):
+            weights = np.broadcast_to(np.asarray(weights, np.float64), np.shape(indices))
+        weights = np.maximum(weights, self.floor)
         self.weights[indices] = weights
-        self.tree.set(indices, weights ** self.alpha if self.alpha != 1.0 else weights)
+        self.tree.set(indices, tree_priorities(weights, self.alpha, self.tree.nodes))
 
     def _score_unmeasured(self) -> None:
         """Examples without feedback get the initializer's current weight (e.g. the mean measured weight)."""
@@ -266,16 +271,18 @@ class PrioritizedSampler:
 
     # ------------------------------------------------------------------ feedback
     def update(self, batch: SampledBatch | Any, **feedback: Any) -> int:
-        """Feed back per-example signals for a batch (a `SampledBatch`, or its indices): ``loss=``,
-        ``grad_norm=``, ``grad_bound=``, ``weight=``, or ``logits=``/``targets=`` (``mask=``) for the K&F bound,
-        as the update rule needs. Returns how many weights changed.
+        """Feed back per-example signals for a batch (a `SampledBatch`, or its indices): the keywords the update
+        rule declares (``loss=`` for the default `LossValue`; ``logits=``/``targets=``/``mask=`` or
+        ``grad_bound=`` for `GradBound`; ...). Returns how many weights changed.
 
         An index given twice counts once, with its last value. Stale feedback is skipped (see the module doc).
         Bad input raises a ValueError/TypeError naming the argument, and nothing changes.
         """
         epoch = batch.epoch if isinstance(batch, SampledBatch) else -1
         indices = self._check_indices(batch.indices if isinstance(batch, SampledBatch) else batch)
-        values = self._feedback_values(feedback, len(indices))
+        values, source = read_feedback(self.update_rule, feedback, len(indices), "indices")
+        if values is not None:
+            check_values(source, values)
         bad, why, positions, stale = resolve_feedback(indices, self.last_drawn_epoch, epoch, self._seen)
         if bad >= 0:
             if why == OUT_OF_RANGE:
@@ -305,20 +312,6 @@ class PrioritizedSampler:
             raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {arr.dtype} shape {arr.shape}")
         return np.ascontiguousarray(arr, np.int64)
 
-    def _feedback_values(self, feedback: Mapping[str, Any], k: int) -> np.ndarray | None:
-        checked, valid = {}, []
-        for name, value in feedback.items():
-            if name not in KNOWN_FEEDBACK:
-                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
-            checked[name] = to_numpy(value, name)
-            if name not in ("logits", "targets", "mask"):  # per-example values; the others are checked by use
-                checked[name] = check_feedback_array(name, checked[name], k, "indices")
-                valid.append(checked[name])
-        values = self.update_rule.values(checked)
-        if values is None or any(values is v for v in valid):
-            return values
-        return check_feedback_array(self.update_rule.feedback_key or "feedback", values, k, "indices")
-
     # ------------------------------------------------------------------ introspection, checkpoint
     def stats(self) -> dict[str, float]:
         """Counters and weight statistics (O(N); for logging)."""
@@ -343,26 +336,42 @@ class PrioritizedSampler:
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a `state_dict` of a sampler with the same configuration; the next batch is the one that would
-        have followed."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')!r} is not supported (expected {STATE_VERSION})")
-        for key, value in self._config().items():
-            if state["config"][key] != value:
-                raise ValueError(f"checkpoint has {key}={state['config'][key]!r} but this sampler has {key}={value!r}")
-        rng = np.asarray(state["rng"])
-        if rng.shape != (4,) or rng.dtype != np.uint64:
-            raise ValueError(f"checkpoint rng state must be 4 uint64 words, got dtype {rng.dtype} shape {rng.shape}")
-        self.update_rule.bind(self.num_examples)
-        self.update_rule.load_state_dict(state["update"])
-        self.init.load_state_dict(state["init"])
-        self.rng_state = rng.copy()
-        self.weights = np.array(state["weights"], np.float64)
-        self.visits = np.array(state["visits"], np.int64)
-        self.measured = np.array(state["measured"], bool)
-        self.last_drawn_epoch = np.array(state["last_drawn_epoch"], np.int64)
-        self.epoch, self.position, self.step = int(state["epoch"]), int(state["position"]), int(state["step"])
-        self.order = np.array(state["order"], np.int64)
-        self.counters = {k: int(v) for k, v in state["counters"].items()}
+        have followed. All or nothing: every value is checked first (`state_checks.InvalidState` names the bad
+        field) and a refused state leaves the sampler exactly as it was."""
+        where = check_header(state, STATE_VERSION, self._config(), "sampler")
+        n = self.num_examples
+        weights = array(state, "weights", where, (n,), "fiu", np.float64)
+        finite_nonnegative(weights, f"{where}['weights']")
+        visits = array(state, "visits", where, (n,), "iu", np.int64)
+        require(not (visits < 0).any(), f"{where}['visits'] must be >= 0")
+        measured = array(state, "measured", where, (n,), "b", np.bool_)
+        epoch = integer(state, "epoch", where, 0)
+        position = integer(state, "position", where, 0, len(self) - 1)
+        step = integer(state, "step", where, 0)
+        last_drawn = array(state, "last_drawn_epoch", where, (n,), "iu", np.int64)
+        require(bool(((last_drawn >= -1) & (last_drawn <= epoch)).all()),
+                f"{where}['last_drawn_epoch'] must lie in [-1, epoch={epoch}]")
+        order = array(state, "order", where, (-1,), "iu", np.int64)
+        in_warmup_pass = epoch < self.warmup_epochs and position > 0
+        require(len(order) == (n if in_warmup_pass else len(order)) and len(order) in (0, n)
+                and (not len(order) or np.array_equal(np.sort(order), np.arange(n))),
+                f"{where}['order'] must be a permutation of the {n} indices during a warm-up pass, else empty "
+                f"(got {len(order)} entries at epoch {epoch}, position {position})")
+        rng = rng_words(state, "rng", where)
+        counts = counters(state, "counters", where, self.counters)
+        update_state, init_state = field(state, "update", where), field(state, "init", where)
+        previous_update = self.update_rule.state_dict()
+        self.update_rule.load_state_dict(update_state)
+        try:
+            self.init.load_state_dict(init_state)
+        except Exception:
+            self.update_rule.load_state_dict(previous_update)
+            raise
+        # Everything is checked: from here on nothing can fail.
+        self.rng_state = rng
+        self.weights, self.visits, self.measured, self.last_drawn_epoch = weights, visits, measured, last_drawn
+        self.epoch, self.position, self.step = epoch, position, step
+        self.order = order
+        self.counters = counts
         self.tree.clear()
-        self._set_weights(np.arange(self.num_examples), self.weights.copy())
-
+        self._set_weights(np.arange(n), self.weights.copy())

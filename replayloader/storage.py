@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from .state_checks import field, require
+
 
 def is_torch_tensor(x: Any) -> bool:
     """True for torch tensors, without importing torch (the core does not require it)."""
@@ -152,25 +154,58 @@ class Storage:
         return {"specs": [s.to_json() for s in self.specs.values()], "fields": fields}
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.specs, self.fields = {}, {}
-        for spec_json in state["specs"]:
-            value = state["fields"][spec_json["name"]]
-            if len(value) != self.capacity:
-                raise ValueError(f"stored field {spec_json['name']!r} has {len(value)} rows, capacity is {self.capacity}")
-            if spec_json["kind"] == "torch":
-                import torch
+        """Restore a `state_dict`: all or nothing (see `checked_state`)."""
+        self.commit_state(self.checked_state(state))
 
-                if not is_torch_tensor(value):
-                    value = torch.as_tensor(np.asarray(value))
-                device = self.device if self.device is not None else spec_json["device"]
-                if str(device).startswith("cuda") and not torch.cuda.is_available():
-                    device = "cpu"
-                value = value.to(device).clone()
+    def checked_state(self, state: Any) -> tuple[dict[str, FieldSpec], dict[str, Any]]:
+        """The specs and fields a `state_dict` describes, each field checked against its spec (name, kind,
+        dtype, per-example shape, ``capacity`` rows) and copied; raises `InvalidState` before anything changes."""
+        where = "storage state"
+        spec_list = field(state, "specs", where)
+        stored = field(state, "fields", where)
+        require(isinstance(spec_list, list) and isinstance(stored, Mapping),
+                f"{where} must hold a list of 'specs' and a mapping of 'fields'")
+        names = [spec.get("name") if isinstance(spec, Mapping) else None for spec in spec_list]
+        require(all(isinstance(name, str) for name in names) and len(set(names)) == len(names)
+                and set(names) == set(stored), f"{where}: spec names {names} must be distinct and match the "
+                                               f"fields {sorted(map(str, stored))}")
+        specs, fields = {}, {}
+        for spec_json in spec_list:
+            name = spec_json["name"]
+            kind, shape, dtype = (spec_json.get(key) for key in ("kind", "shape", "dtype"))
+            require(kind in ("numpy", "torch") and isinstance(shape, list)
+                    and all(isinstance(d, int) and d >= 0 for d in shape) and isinstance(dtype, str),
+                    f"{where}: spec of field {name!r} is malformed: {spec_json!r}")
+            value = stored[name]
+            if kind == "torch":
+                value = self._checked_tensor(name, value, shape, dtype, spec_json.get("device"))
             else:
+                require(isinstance(value, np.ndarray) and value.dtype.kind not in "OV" and str(value.dtype) == dtype,
+                        f"{where}: field {name!r} must be a numpy array of dtype {dtype}, got "
+                        f"{getattr(value, 'dtype', type(value).__name__)}")
                 value = np.array(value, copy=True)
-            spec = FieldSpec(spec_json["name"], value[:1])
-            self.fields[spec.name] = value
-            self.specs[spec.name] = spec
+            require(tuple(value.shape) == (self.capacity, *shape),
+                    f"{where}: field {name!r} has shape {tuple(value.shape)}, expected {(self.capacity, *shape)}")
+            spec = FieldSpec(name, value[:1])
+            specs[name], fields[name] = spec, value
+        return specs, fields
+
+    def _checked_tensor(self, name: str, value: Any, shape: list, dtype: str, device: Any) -> Any:
+        import torch
+
+        if not is_torch_tensor(value):
+            require(isinstance(value, np.ndarray) and value.dtype.kind not in "OV",
+                    f"storage state: field {name!r} must be a tensor or array, got {type(value).__name__}")
+            value = torch.as_tensor(np.asarray(value))
+        require(str(value.dtype) == dtype, f"storage state: field {name!r} has dtype {value.dtype}, expected {dtype}")
+        device = self.device if self.device is not None else device
+        if device is None or (str(device).startswith("cuda") and not torch.cuda.is_available()):
+            device = "cpu"
+        return value.to(device).clone()
+
+    def commit_state(self, checked: tuple[dict[str, FieldSpec], dict[str, Any]]) -> None:
+        """Take what `checked_state` returned (cannot fail)."""
+        self.specs, self.fields = checked
 
 
 def _torch_index(slots: np.ndarray, device: Any):

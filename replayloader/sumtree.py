@@ -132,6 +132,15 @@ class SumTree:
         self._need(self.keys, "min_key")
         return int(argmin_key(self.nodes, self.layout))
 
+    def lowest(self, k: int) -> np.ndarray:
+        """The k lowest-key slots in (key, slot) order, among the non-empty ones; changes nothing."""
+        self._need(self.keys, "min_key")
+        k = self._check_k(k)
+        try:
+            return select_lowest(self.nodes, self.layout, k)
+        except ValueError as err:
+            raise _too_few(k) from err
+
     def pop_min(self, k: int, empty: bool = True) -> np.ndarray:
         """Return the k lowest-key slots in (key, slot) order; only non-empty slots can be popped.
 
@@ -139,12 +148,8 @@ class SumTree:
         their priorities in place. To overwrite the lowest leaves with new values, `replace_min` does it in
         one pass.
         """
-        self._need(self.keys, "min_key")
-        k = self._check_k(k)
-        try:
-            slots = select_lowest(self.nodes, self.layout, k)
-        except ValueError as err:  # the selection refuses, before anything is written
-            raise _too_few(k) from err
+        slots = self.lowest(k)
+        k = len(slots)
         leaves = slots + self.n_leaves
         if empty:
             priorities = raw = np.zeros(k, self.dtype)

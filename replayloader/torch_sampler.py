@@ -23,10 +23,12 @@ from collections.abc import Iterator, Mapping
 from itertools import chain
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 
 from .sampler import PrioritizedSampler, SampledBatch
+from .state_checks import array, field, integer, require
 
 
 class PrioritizedBatchSampler(Sampler[list[int]]):
@@ -78,6 +80,18 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
         return {"sampler": self.sampler.state_dict(), "pending": pending}
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.sampler.load_state_dict(state["sampler"])
+        """All or nothing: the pending batches are checked before the sampler loads (which checks its own)."""
+        pending = field(state, "pending", "batch sampler state")
+        require(isinstance(pending, list), f"batch sampler state['pending'] must be a list, got {type(pending).__name__}")
+        n = self.sampler.num_examples
+        batches = []
+        for j, batch in enumerate(pending):
+            where = f"batch sampler state['pending'][{j}]"
+            indices = array(batch, "indices", where, (-1,), "iu", np.int64)
+            require(bool(((indices >= 0) & (indices < n)).all()), f"{where}['indices'] must lie in [0, {n})")
+            batches.append(SampledBatch(indices, array(batch, "weights", where, indices.shape, "fiu", np.float64),
+                                        array(batch, "probabilities", where, indices.shape, "fiu", np.float64),
+                                        integer(batch, "epoch", where, 0), integer(batch, "step", where, 0)))
+        self.sampler.load_state_dict(field(state, "sampler", "batch sampler state"))
         self._handed_out.clear()
-        self._replay = deque(SampledBatch(**batch) for batch in state["pending"])
+        self._replay = deque(batches)

@@ -4,7 +4,8 @@
 thread that takes items from an iterator, keeps at most ``window`` of them in flight (the bounded queue: a
 producer that runs ahead waits for a free place), and hands every result to a ``consume`` callback in item
 order, so what enters the buffer does not depend on which worker finished first. A failure in a worker or in
-``consume`` is kept (`OrderedFeed.error`) for the training thread to re-raise with the worker's traceback.
+``consume`` is kept (`OrderedFeed.error`) for the training thread to re-raise with the worker's traceback
+(except the error types ``consume`` raises about the caller's own settings, kept as they are).
 
 Threads suit producers that release the GIL (numpy, Numba, torch); processes suit Python-heavy producers.
 A process producer and its items must be picklable (the default start method is "spawn", which is safe with
@@ -115,12 +116,13 @@ class OrderedFeed:
     ``consume`` runs on the feed's coordinator thread; it may block (e.g. on a rate limiter). ``on_dispatch(index)``
     runs before each item is taken from ``items`` (to record a source's position). When everything is consumed,
     or on failure, ``on_finish()`` runs. ``producer_wait`` sums the seconds workers sat idle because ``window``
-    results were already in flight.
+    results were already in flight. An exception of a type in ``passthrough`` that ``consume`` raises (a
+    setting of the caller's that cannot work) is kept as it is, not wrapped in `WorkerError`.
     """
 
     def __init__(self, pool: ProducerPool, items: Iterator[Any], consume: Callable[[int, Any], None],
                  window: int, on_finish: Callable[[], None], on_dispatch: Callable[[int], None] | None = None,
-                 poll: float = 0.05) -> None:
+                 poll: float = 0.05, passthrough: tuple[type[BaseException], ...] = ()) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window!r}")
         self.pool = pool
@@ -130,7 +132,8 @@ class OrderedFeed:
         self.on_finish = on_finish
         self.on_dispatch = on_dispatch
         self.poll = poll
-        self.error: WorkerError | None = None
+        self.passthrough = passthrough
+        self.error: BaseException | None = None
         self.producer_wait = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="replayloader-feed", daemon=True)
@@ -142,6 +145,9 @@ class OrderedFeed:
     def _run(self) -> None:
         try:
             self._coordinate()
+        except self.passthrough as exc:
+            if not self._stop.is_set():
+                self.error = exc
         except BaseException as exc:  # noqa: BLE001
             if not self._stop.is_set():
                 self.error = _wrap(exc, traceback.format_exc(), "while adding a produced batch to the buffer")
@@ -188,12 +194,14 @@ class OrderedFeed:
         """Ask the coordinator to stop; failures after this are shutdown noise, not errors."""
         self._stop.set()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the coordinator and the workers; idempotent. Results still in flight are dropped."""
+    def stop(self, timeout: float = 5.0, wait_for_producers: bool = True) -> None:
+        """Stop the coordinator and the workers; idempotent. Results still in flight are dropped. Without
+        ``wait_for_producers``, a producer call still running is not waited for: a thread worker finishes it
+        in the background and then exits, a process worker is terminated."""
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout)
-        self.pool.close(timeout)
+        self.pool.close(timeout if wait_for_producers else 0.0)
 
 
 def _wrap(exc: BaseException | None, text: str, where: str) -> WorkerError:

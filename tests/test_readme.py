@@ -36,3 +36,10 @@ def test_custom_strategy_part_example_runs():
     namespace = {}
     exec(compile(block, "README custom strategy part", "exec"), namespace)  # the block asserts its results
     assert namespace["HalfLoss"]().fused_step() is None
+
+
+def test_state_files_example_runs(capsys):
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"### State files.*?```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(block, "README state files", "exec"), {})  # the block asserts the buffer is unchanged
+    assert "buffer state['size'] must be in [0, 64], got 1000" in capsys.readouterr().out

@@ -3,8 +3,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from run_queue import Job, run_jobs  # noqa: E402
+from experiments.run_queue import Job, run_jobs
 
 # A job: log its start and end (wall clock) to events.jsonl, then write its done file.
 SCRIPT = """

@@ -44,12 +44,36 @@ def train(batch_sampler, loader, epochs, stop_after=None, done=0):
     return seen
 
 
-def test_two_workers_and_pin_memory_give_the_same_index_stream_as_no_workers():
+def test_without_feedback_two_workers_and_pin_memory_give_the_same_index_stream_as_no_workers():
     streams = {}
     for workers in (0, 2):
         batch_sampler = PrioritizedBatchSampler(make_sampler())
         streams[workers] = [b["index"].tolist() for _ in range(3) for b in loader_for(batch_sampler, workers)]
     assert len(streams[0]) == 3 * 7 and streams[0] == streams[2]
+
+
+def test_with_feedback_workers_draw_ahead_and_the_stream_differs_from_the_second_prioritized_batch():
+    """What the README states: a batch is drawn num_workers x prefetch_factor batches before the loop receives
+    it (within one iter()), so with feedback the warm-up pass and the first batch of the next iter() are the
+    same for 0 and 2 workers, and the second differs once the first one's feedback changed the weights."""
+    streams = {}
+    for workers in (0, 2):
+        batch_sampler = PrioritizedBatchSampler(make_sampler())
+        loader, seen = loader_for(batch_sampler, workers), []
+        for _ in range(2):  # the warm-up pass, then the first prioritized epoch
+            for j, batch in enumerate(loader):
+                info = batch_sampler.next_batch_info()
+                ahead = batch_sampler.sampler.step - info.step - 1  # drawn after this batch, before its feedback
+                assert ahead == min(2 * workers, len(batch_sampler) - j - 1)
+                first_prioritized = info.epoch == 1 and j == 0
+                batch_sampler.update(info, loss=np.full(len(info), 1000.0 if first_prioritized else 1.0))
+                seen.append(info.indices.tolist())
+        streams[workers] = seen
+    warmup = len(batch_sampler)
+    assert streams[0][: warmup + 1] == streams[2][: warmup + 1]
+    assert streams[0][warmup + 1] != streams[2][warmup + 1]
+    # without workers, the second batch was drawn after the first one's feedback: mostly its examples again
+    assert len(set(streams[0][warmup + 1]) & set(streams[0][warmup])) >= 3
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -24,9 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .common import (OptionParser, OptionSet, ProcessOptions, UserError, add_command, apply_process_options, option,
-                     options_from, report_user_error, typed_options)
-from .pretrain.config import DEFAULT_OUTPUT
+# torch already uses the cores; a second, multi-threaded BLAS pool (numpy's OpenBLAS, used by the LSR/LinUCB
+# strategies) oversubscribes them and slows those strategies many times over. Set here, before anything imports
+# numpy, so that every entry point (replayloader-tmr, python -m, examples/electra_tmr.py) gets it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from .common import (OptionParser, OptionSet, ProcessOptions, UserError, add_command,  # noqa: E402
+                     apply_process_options, option, options_from, report_user_error, typed_options)
+from .pretrain.config import DEFAULT_OUTPUT  # noqa: E402
 
 COMPARE_VARIANTS = ("electra", "tmr-loss_diff")
 METRIC_KEYS = ("accuracy", "f1", "mcc", "spearman", "pearson")

@@ -12,6 +12,7 @@ Python install, ~2 MB of English prose with some code). It needs no download and
 from __future__ import annotations
 
 import ast
+import codecs
 import glob
 import gzip
 import hashlib
@@ -184,14 +185,37 @@ def text_files_for(spec: CorpusSpec, cache_dir: Path) -> list[str]:
                 raise UserError(f"not a valid zip archive: {f}")
             files.append(_zip_to_text(f, text_dir))
         else:
-            if f.endswith(".gz"):
-                try:
-                    with gzip.open(f, "rb") as probe:
-                        probe.read(1)
-                except OSError as exc:
-                    raise UserError(f"cannot read gzip file {f}: {exc}") from None
+            check_text_file(f)
             files.append(f)
     return files
+
+
+def check_text_file(path: str, chunk_bytes: int = 1 << 20) -> None:
+    """`UserError` naming ``path`` unless it is UTF-8 text with at least one non-blank line (``.gz``: once
+    decompressed). Read once in chunks before `datasets` sees it, because its own error ("An error occurred
+    while generating the dataset") hides the file and the cause."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset, has_text = 0, False
+    try:
+        with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as stream:
+            while chunk := stream.read(chunk_bytes):
+                nul = chunk.find(b"\0")
+                if nul >= 0:
+                    raise UserError(f"corpus file {path} is binary, not text (a NUL byte at byte offset {offset + nul})")
+                try:
+                    has_text = bool(decoder.decode(chunk).strip()) or has_text
+                except UnicodeDecodeError as exc:
+                    raise UserError(f"corpus file {path} is not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at byte "
+                                    f"offset {offset + exc.start - len(decoder.getstate()[0])} cannot be decoded "
+                                    f"({exc.reason})") from None
+                offset += len(chunk)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError as exc:
+        raise UserError(f"corpus file {path} is not UTF-8 text: it ends inside a character ({exc.reason})") from None
+    except (OSError, EOFError) as exc:
+        raise UserError(f"cannot read corpus file {path}: {exc}") from None
+    if not has_text:
+        raise UserError(f"corpus file {path} has no text: it is empty or holds only blank lines")
 
 
 def load_text_dataset(spec: CorpusSpec, cache_dir: Path):
@@ -216,8 +240,12 @@ def load_text_dataset(spec: CorpusSpec, cache_dir: Path):
     files = text_files_for(spec, cache_dir)
     try:
         return datasets.load_dataset("text", data_files={"train": files}, split="train", cache_dir=hf_cache)
-    except Exception as exc:
-        raise UserError(f"cannot read corpus files ({', '.join(files[:3])}...): {exc}") from None
+    except Exception as exc:  # datasets wraps the cause ("An error occurred while generating the dataset")
+        cause = exc
+        while cause.__cause__ is not None or cause.__context__ is not None:
+            cause = cause.__cause__ or cause.__context__
+        raise UserError(f"cannot read corpus files ({', '.join(files[:3])}...): {exc}"
+                        + ("" if cause is exc else f" (cause: {type(cause).__name__}: {cause})")) from None
 
 
 def corpus_lines(spec: CorpusSpec, cache_dir: Path, start: int = 0, stop: int | None = None):

@@ -34,8 +34,9 @@ def first_invalid(values):
 
 
 @njit(cache=True, nogil=True)
-def _tree_priorities(weights, alpha, nodes):
-    """w^alpha for the sum tree, in its dtype (alpha 0: 1 for every positive weight)."""
+def tree_priorities(weights, alpha, nodes):
+    """w^alpha for the sum tree, in its dtype (alpha 0: 1 for every positive weight). The one place alpha is
+    applied, for the buffer (`write_weights`) and `PrioritizedSampler` alike."""
     out = np.empty(weights.shape[0], nodes.dtype)
     for j in range(weights.shape[0]):
         w = weights[j]
@@ -58,7 +59,7 @@ def write_weights(nodes, layout, weights, slots, new_weights, alpha):
     if alpha == 1.0 and nodes.itemsize == 8:  # a float64 tree takes the weights as they are: no copies
         set_leaves(nodes, layout, slots, new_weights, new_weights, new_weights)
         return
-    priorities = _tree_priorities(new_weights, alpha, nodes)
+    priorities = tree_priorities(new_weights, alpha, nodes)
     tree_weights = new_weights.astype(nodes.dtype)
     set_leaves(nodes, layout, slots, priorities, tree_weights, tree_weights)
 

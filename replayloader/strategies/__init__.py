@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .evictions import FIFO, EvictLowest, Eviction
+from ..state_checks import field
+
+from .evictions import FIFO, EvictLowest, Eviction, TreeReadView
 from .initializers import (BufferView, Initializer, LeastSquares, LinUCB, MaxWeight, MeanWeight,
                            TokenIdFeatures)
-from .updates import (KNOWN_FEEDBACK, GradBound, GradNorm, LossDifference, LossValue, SetWeight, WeightUpdate,
+from .updates import (GradBound, GradNorm, LossDifference, LossValue, SetWeight, WeightUpdate,
                       grad_bound_sigmoid, grad_bound_softmax)
 
 
@@ -33,23 +35,47 @@ class Strategy:
         return {"init": self.init.name, "update": self.update.name, "evict": self.evict.name,
                 "no_replay": self.no_replay}
 
+    def bind(self, capacity: int) -> None:
+        """Size the parts' per-slot memory for a buffer of ``capacity`` (called once by the buffer)."""
+        self.update.bind(capacity)
+        self.evict.bind(capacity)
+
+    def _parts(self) -> dict:
+        return {"init": self.init, "update": self.update, "evict": self.evict}
+
     def state_dict(self) -> dict:
-        return {"init": self.init.state_dict(), "update": self.update.state_dict(),
-                "evict": self.evict.state_dict()}
+        return {name: part.state_dict() for name, part in self._parts().items()}
 
     def load_state_dict(self, state: Mapping) -> None:
-        self.init.load_state_dict(state["init"])
-        self.update.load_state_dict(state["update"])
-        self.evict.load_state_dict(state["evict"])
+        """All three parts or none: if one part refuses its state, the parts already loaded get their previous
+        state back (a user's part may not check its input; the built-in ones check everything first)."""
+        parts = self._parts()
+        for name in parts:
+            field(state, name, "strategy state")
+        previous = {name: part.state_dict() for name, part in parts.items()}
+        loaded = []
+        try:
+            for name, part in parts.items():
+                loaded.append(name)
+                part.load_state_dict(state[name])
+        except Exception:
+            for name in loaded:
+                parts[name].load_state_dict(previous[name])
+            raise
 
     def __repr__(self) -> str:
         d = self.describe()
         return f"{type(self).__name__}(init={d['init']}, update={d['update']}, evict={d['evict']})"
 
 
-class _NoFeedback(WeightUpdate):
+class NoFeedback(WeightUpdate):
+    """Reads nothing, and accepts every signal a built-in update reads, so a baseline run makes the same
+    feedback call as the replay run it is compared with."""
+
     name = "none"
-    feedback_key = None
+    value_keywords = tuple(dict.fromkeys(key for part in (LossValue, GradNorm, GradBound, SetWeight)
+                                         for key in part.value_keywords))
+    array_keywords = GradBound.array_keywords
 
     def values(self, feedback):
         return None
@@ -62,7 +88,7 @@ class NoReplay(Strategy):
     no_replay = True
 
     def __init__(self) -> None:
-        super().__init__(MeanWeight(), _NoFeedback(), FIFO())
+        super().__init__(MeanWeight(), NoFeedback(), FIFO())
 
 
 _VARIANTS = {
@@ -86,7 +112,7 @@ def by_name(name: str) -> Strategy:
 
 __all__ = ["Strategy", "NoReplay", "by_name", "Initializer", "MeanWeight", "MaxWeight", "LeastSquares", "LinUCB",
            "TokenIdFeatures", "BufferView", "WeightUpdate", "LossDifference", "GradNorm", "GradBound", "LossValue",
-           "SetWeight", "Eviction", "EvictLowest", "FIFO", "KNOWN_FEEDBACK", "grad_bound_sigmoid",
+           "SetWeight", "Eviction", "EvictLowest", "FIFO", "TreeReadView", "grad_bound_sigmoid",
            "grad_bound_softmax", "strategy_names"]
 
 

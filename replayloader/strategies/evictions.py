@@ -1,7 +1,9 @@
 """Which slots to overwrite when the buffer is full.
 
-`choose` only reads: the buffer may still refuse the add after it (a storage write that fails), so any state
-an eviction keeps moves on in `commit`, once the new examples are in. A built-in eviction also offers its rule
+An eviction sees the buffer's sum tree through a `TreeReadView`: it may read keys and priorities and select
+the lowest keys, but it cannot write the tree, which the buffer alone keeps consistent with its slots. `choose`
+only reads: the buffer may still refuse the add after it (a storage write that fails), so any state an eviction
+keeps moves on in `commit`, once the new examples are in. A built-in eviction also offers its rule
 fused with the buffer's slot placement (`fused_place`, see `strategies.fused`); a subclass that overrides
 `choose` loses the inherited one.
 """
@@ -16,7 +18,57 @@ from numba import njit
 from ..kernels.buffer import place
 from ..kernels.tree import select_lowest
 from ..sumtree import SumTree
+from ..state_checks import integer
 from .fused import FusedStep, drop_inherited_step, overrides
+
+
+class TreeReadView:
+    """What an eviction may read of the buffer's `SumTree`: its size, the node arrays as read-only views, and
+    the queries that change nothing (`get`, `get_keys`, `lowest`, `argmin`, totals and minima). Writing an array
+    raises numpy's read-only error; a `SumTree` writer (`set`, `pop_min`, ...) raises an AttributeError that says
+    why it is not there."""
+
+    __slots__ = ("_tree", "capacity", "n_leaves", "dtype", "layout", "nodes", "sums", "minp", "keys", "raw")
+    _ARRAYS = ("layout", "nodes", "sums", "minp", "keys", "raw")
+
+    def __init__(self, tree: SumTree) -> None:
+        self._tree = tree
+        self.capacity, self.n_leaves, self.dtype = tree.capacity, tree.n_leaves, tree.dtype
+        for name in self._ARRAYS:  # views of the tree's arrays: they follow its writes, refuse their own
+            array = getattr(tree, name).view()
+            array.flags.writeable = False
+            setattr(self, name, array)
+
+    @property
+    def total(self) -> float:
+        return self._tree.total
+
+    def raw_total(self) -> float:
+        return self._tree.raw_total()
+
+    def min_priority(self) -> float:
+        return self._tree.min_priority()
+
+    def min_key(self) -> float:
+        return self._tree.min_key()
+
+    def get(self, slots: np.ndarray) -> np.ndarray:
+        return self._tree.get(slots)
+
+    def get_keys(self, slots: np.ndarray) -> np.ndarray:
+        return self._tree.get_keys(slots)
+
+    def argmin(self) -> int:
+        return self._tree.argmin()
+
+    def lowest(self, k: int) -> np.ndarray:
+        return self._tree.lowest(k)
+
+    def __getattr__(self, name: str) -> Any:
+        if hasattr(SumTree, name):
+            raise AttributeError(f"SumTree.{name} is not available to an eviction: it sees the buffer's tree "
+                                 "read-only (choose() returns the slots to overwrite; the buffer writes them)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 class Eviction:
@@ -30,7 +82,7 @@ class Eviction:
         drop_inherited_step(cls, "choose", "fused_place")  # a subclass's own choose is never bypassed
         cls.commits = overrides(cls, Eviction, "commit")
 
-    def choose(self, tree: SumTree, k: int) -> np.ndarray:
+    def choose(self, tree: TreeReadView, k: int) -> np.ndarray:
         """Return k distinct occupied slots to overwrite (int64); must not change any state."""
         raise NotImplementedError
 
@@ -45,14 +97,18 @@ class Eviction:
         """
         return None
 
-    def commit(self, tree: SumTree, slots: np.ndarray) -> None:
+    def commit(self, tree: TreeReadView, slots: np.ndarray) -> None:
         """The buffer overwrote `slots` (the ones `choose` gave)."""
+
+    def bind(self, capacity: int) -> None:
+        """Learn the buffer's capacity (called once by the buffer), so a loaded state can be checked against it."""
+        self.capacity = capacity
 
     def state_dict(self) -> dict:
         return {}
 
     def load_state_dict(self, state: Mapping) -> None:
-        pass
+        """Restore `state_dict`; a subclass with state checks every value before assigning any (`state_checks`)."""
 
 
 class EvictLowest(Eviction):
@@ -67,7 +123,7 @@ class EvictLowest(Eviction):
     uses_min_key = True
 
     def choose(self, tree, k):
-        return select_lowest(tree.nodes, tree.layout, k)
+        return tree.lowest(k)
 
     def fused_place(self):
         return place_lowest, ()
@@ -94,7 +150,8 @@ class FIFO(Eviction):
         return {"next_slot": self.next_slot}
 
     def load_state_dict(self, state):
-        self.next_slot = int(state["next_slot"])
+        high = getattr(self, "capacity", None)
+        self.next_slot = integer(state, "next_slot", "fifo state", 0, None if high is None else high - 1)
 
 
 @njit(cache=True, nogil=True)

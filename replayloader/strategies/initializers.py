@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..storage import to_numpy
+from ..state_checks import InvalidState, array, field_names, number, require
 from .fused import overrides
 
 Featurizer = Callable[[Mapping[str, Any]], np.ndarray]
@@ -87,7 +88,7 @@ class Initializer:
         return {}
 
     def load_state_dict(self, state: Mapping) -> None:
-        pass
+        """Restore `state_dict`; a subclass with state checks every value before assigning any (`state_checks`)."""
 
 
 class MeanWeight(Initializer):
@@ -126,7 +127,7 @@ class MaxWeight(Initializer):
         return {"max_seen": self.max_seen}
 
     def load_state_dict(self, state):
-        self.max_seen = float(state["max_seen"])
+        self.max_seen = number(state, "max_seen", "max initializer state", 0.0)
 
 
 class LeastSquares(Initializer):
@@ -169,7 +170,11 @@ class LeastSquares(Initializer):
         return {} if self.theta is None else {"theta": self.theta.copy()}
 
     def load_state_dict(self, state):
-        self.theta = np.asarray(state["theta"]) if "theta" in state else None
+        theta = None
+        if "theta" in field_names(state, "lsr state"):
+            theta = array(state, "theta", "lsr state", (-1,), "fiu", np.float64)
+            require(bool(np.isfinite(theta).all()), "lsr state['theta'] must be finite")
+        self.theta = theta
 
 
 class LinUCB(Initializer):
@@ -226,9 +231,19 @@ class LinUCB(Initializer):
         return {} if self.A is None else {"A": self.A.copy(), "b": self.b.copy()}
 
     def load_state_dict(self, state):
-        self.A = np.array(state["A"]) if "A" in state else None
-        self.b = np.array(state["b"]) if "b" in state else None
-        self._a_inv = None
+        where = "linucb state"
+        keys = field_names(state, where)
+        require(("A" in keys) == ("b" in keys), f"{where} must hold both 'A' and 'b' or neither, got {sorted(keys)}")
+        a = b = None
+        if "A" in keys:
+            b = array(state, "b", where, (-1,), "fiu", np.float64)
+            a = array(state, "A", where, (len(b), len(b)), "fiu", np.float64)
+            require(bool(np.isfinite(a).all() and np.isfinite(b).all()), f"{where}: 'A' and 'b' must be finite")
+            try:  # A = I + sum x x^T is symmetric positive definite; anything else was not saved by this class
+                np.linalg.cholesky(a)
+            except np.linalg.LinAlgError:
+                raise InvalidState(f"{where}['A'] is not symmetric positive definite") from None
+        self.A, self.b, self._a_inv = a, b, None
 
 
 def _check_positive(name: str, value: float) -> None:

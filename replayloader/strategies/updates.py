@@ -1,6 +1,8 @@
 """Weight updates: turn per-example feedback into new weights for the sampled examples.
 
-Each update names the feedback keyword it consumes (``feedback_key``). ``compute`` returns a boolean mask of
+Each update declares the feedback keywords it reads (`value_keywords`, by default just ``feedback_key``;
+`array_keywords`), and the buffer and `PrioritizedSampler` accept exactly those (`replayloader.feedback`), so a
+new signal needs nothing but an update that reads it. ``compute`` returns a boolean mask of
 the slots whose weight changes and their new weights; every new weight is at least ``floor`` so feedback never
 makes an example unreachable (a weight of exactly 0 can still be set on purpose with `SetWeight`). Each rule is
 one Numba kernel beside its class, and `compute` is that kernel, so a user's own update written in numpy runs
@@ -20,17 +22,20 @@ from numba import njit
 
 from ..kernels.buffer import forget, resolve_ids, write_rule_result
 from ..storage import to_numpy
+from ..state_checks import array, finite_nonnegative, require
 from .fused import FusedStep, drop_inherited_step, overrides
-
-#: Every feedback keyword the buffer understands; others are rejected as typos.
-KNOWN_FEEDBACK = ("loss", "grad_norm", "grad_bound", "weight", "logits", "targets", "mask")
 
 
 class WeightUpdate:
     """Base and generic value rule: the new weight is the feedback value, at least ``floor``."""
 
     name = "update"
-    feedback_key: str | None = None
+    feedback_key: str | None = None  #: the keyword whose values `values` returns by default
+    #: The keywords this update reads, declared per class: value keywords carry one finite value >= 0 per example
+    #: (checked before `values` sees them; default: ``feedback_key`` alone), array keywords any per-example arrays
+    #: that `values` reads and checks itself. A feedback call may carry these and no others.
+    value_keywords: tuple[str, ...] = ()
+    array_keywords: tuple[str, ...] = ()
     forgets = False  #: whether `on_add` is overridden, set for every subclass: the buffer skips the base's no-op
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -38,6 +43,8 @@ class WeightUpdate:
         drop_inherited_step(cls, "compute", "fused_step")  # a subclass's own compute / on_add is never bypassed
         drop_inherited_step(cls, "on_add", "fused_on_add")
         cls.forgets = overrides(cls, WeightUpdate, "on_add")
+        if "feedback_key" in cls.__dict__ and "value_keywords" not in cls.__dict__:
+            cls.value_keywords = () if cls.feedback_key is None else (cls.feedback_key,)
 
     def __init__(self, floor: float = 1e-6) -> None:
         if not (np.isfinite(floor) and floor >= 0):
@@ -80,7 +87,7 @@ class WeightUpdate:
         return {}
 
     def load_state_dict(self, state: Mapping) -> None:
-        pass
+        """Restore `state_dict`; a subclass with state checks every value before assigning any (`state_checks`)."""
 
 
 class SetWeight(WeightUpdate):
@@ -120,6 +127,7 @@ class GradBound(WeightUpdate):
 
     name = "grad_bound"
     feedback_key = "grad_bound"
+    array_keywords = ("logits", "targets", "mask")
 
     def values(self, feedback):
         if "grad_bound" in feedback:
@@ -173,8 +181,12 @@ class LossDifference(WeightUpdate):
         return {"last_loss": self.last_loss.copy(), "mode": self.mode}
 
     def load_state_dict(self, state):
-        self.last_loss = np.array(state["last_loss"], np.float64)
-        self.mode = state.get("mode", self.mode)
+        where = "loss_diff state"
+        last_loss = array(state, "last_loss", where, self.last_loss.shape, "fiu", np.float64)
+        finite_nonnegative(last_loss, f"{where}['last_loss']", allow_nan=True)  # NaN: no loss remembered yet
+        mode = state.get("mode", self.mode) if isinstance(state, Mapping) else self.mode
+        require(mode in ("abs", "decrease"), f"{where}['mode'] must be 'abs' or 'decrease', got {mode!r}")
+        self.last_loss, self.mode = last_loss, mode
 
 
 @njit(cache=True, nogil=True)

@@ -98,8 +98,10 @@ BAD_CALLS = {  # name -> (call(buffer, ids sampled before the snapshot), error, 
     "next id": (lambda b, ids: b.update(np.array([6 * 8]), weight=np.ones(1)), ValueError, "never issued"),
     "wrong slot": (lambda b, ids: b.update(np.array([5 * 8 + 6]), weight=np.ones(1)), ValueError, "never issued"),
     "wrong length": (lambda b, ids: b.update(ids, weight=np.ones(2)), ValueError, r"shape \(3,\)"),
-    "missing keyword": (lambda b, ids: b.update(ids, loss=np.ones(3)), TypeError, "'weight'"),
-    "typo keyword": (lambda b, ids: b.update(ids, wieght=np.ones(3)), TypeError, "wieght"),
+    "another update's keyword": (lambda b, ids: b.update(ids, loss=np.ones(3)), TypeError,
+                                 r"unknown feedback keyword 'loss' for SetWeight; accepted: \['weight'\]"),
+    "typo keyword": (lambda b, ids: b.update(ids, wieght=np.ones(3)), TypeError, "'wieght'.*accepted"),
+    "missing keyword": (lambda b, ids: b.update(ids), TypeError, "needs the keyword 'weight'"),
     "no ids": (lambda b, ids: b.update(np.array([], np.int64), weight=np.ones(0)), ValueError, "non-empty"),
     "float ids": (lambda b, ids: b.update(ids.astype(float), weight=np.ones(3)), ValueError, "integer"),
 }
@@ -208,3 +210,51 @@ def test_a_user_eviction_that_returns_bad_slots_is_refused_and_changes_nothing(v
         buf.add({"x": np.zeros((2, 1))})
     assert_state_equal(buf.state_dict(), before)
     assert buf.strategy.evict.next_slot == 0  # nothing committed
+
+
+class _WritingEviction(EvictLowest):
+    """A user eviction that tries to change the tree it was shown, one way or another."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+
+    def choose(self, tree, k):
+        if self.how == "array":
+            tree.keys[tree.n_leaves] = 0.0
+        elif self.how == "nodes":
+            tree.nodes[1, 0] = 0.0
+        else:
+            tree.pop_min(k)
+        return tree.lowest(k)
+
+
+@pytest.mark.parametrize("how, error, message", [
+    ("array", ValueError, "read-only"), ("nodes", ValueError, "read-only"),
+    ("method", AttributeError, "SumTree.pop_min is not available to an eviction: it sees the buffer's tree read-only"),
+])
+def test_an_eviction_sees_the_tree_read_only_and_a_write_changes_nothing(how, error, message):
+    buf = ReplayBuffer(4, strategy=Strategy(MeanWeight(), SetWeight(), _WritingEviction(how)), seed=0)
+    ids = buf.add({"x": np.arange(4.0)[:, None]})
+    buf.update(ids, weight=np.array([3.0, 1.0, 2.0, 4.0]))
+    before = copy.deepcopy(buf.state_dict())
+    with pytest.raises(error, match=message):
+        buf.add({"x": np.zeros((2, 1))})
+    assert_state_equal(buf.state_dict(), before)
+    np.testing.assert_array_equal(buf.tree.get_keys(np.arange(4)), [3.0, 1.0, 2.0, 4.0])
+
+
+def test_an_eviction_reads_what_it_needs_through_the_view():
+    class ReadEverything(EvictLowest):
+        def choose(self, tree, k):
+            keys = tree.get_keys(np.arange(tree.capacity))
+            assert tree.argmin() == int(np.argmin(keys)) and tree.min_key() == keys.min()
+            assert tree.total == pytest.approx(tree.get(np.arange(tree.capacity)).sum())
+            assert not tree.keys.flags.writeable
+            return tree.lowest(k)
+
+    buf = ReplayBuffer(4, beta=0.5, strategy=Strategy(MeanWeight(), SetWeight(), ReadEverything()), seed=0)
+    ids = buf.add({"x": np.arange(4.0)[:, None]})
+    buf.update(ids, weight=np.array([3.0, 1.0, 2.0, 4.0]))
+    new = buf.add({"x": np.zeros((2, 1))})
+    assert sorted(new % 4) == [1, 2]  # the two lowest weights were overwritten

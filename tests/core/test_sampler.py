@@ -143,8 +143,10 @@ BAD_UPDATES = [
     (lambda s, b: s.update(np.array([b.indices[0], 12]), loss=np.ones(2)), ValueError, r"indices\[1\] = 12"),
     (lambda s, b: s.update(np.array([-1]), loss=np.ones(1)), ValueError, r"indices\[0\] = -1"),
     (lambda s, b: s.update(np.array([0.5]), loss=np.ones(1)), ValueError, "indices must be a non-empty 1-D integer"),
-    (lambda s, b: s.update(b, lost=np.ones(3)), TypeError, "unknown feedback keyword 'lost'"),
-    (lambda s, b: s.update(b, grad_norm=np.ones(3)), TypeError, "needs the keyword 'loss'"),
+    (lambda s, b: s.update(b, lost=np.ones(3)), TypeError,
+     r"unknown feedback keyword 'lost' for LossDifference; accepted: \['loss'\]"),
+    (lambda s, b: s.update(b, grad_norm=np.ones(3)), TypeError, r"'grad_norm' for LossDifference; accepted: \['loss'\]"),
+    (lambda s, b: s.update(b), TypeError, "needs the keyword 'loss'"),
 ]
 
 

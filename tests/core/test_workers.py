@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from replayloader import ReplayBuffer, ReplayDataLoader
-from replayloader.rate_limiter import RateLimiter, RateLimitTimeout
+from replayloader.rate_limiter import LimiterConfigError, RateLimiter, RateLimitTimeout
 from replayloader.strategies import FIFO, MeanWeight, SetWeight, Strategy, by_name
 from replayloader.workers import WorkerError
 
@@ -162,8 +162,35 @@ def test_a_stalled_producer_times_out_clearly():
         return rows_of(0)
 
     loader = ReplayDataLoader(stuck, fifo_buffer(), batch_size=2, steps=3, workers=1, timeout=0.3)
-    with pytest.raises(RateLimitTimeout, match="the learner waited 0.3 s"):
+    with pytest.raises(RateLimitTimeout, match=r"the learner waited 0.3 s to sample 1 batch: inserts=0, "
+                                               r"samples=-?0 \(batches\)"):
         list(loader)
+
+
+def test_timeout_bounds_the_wait_while_a_producer_call_still_runs():
+    release = threading.Event()
+
+    def hangs_on_item_2(item):
+        if item == 2:
+            release.wait(60)
+        return rows_of(item)
+
+    warm = fifo_buffer()  # kernels loaded before the clock starts
+    warm.add(rows_of(0)[0]), warm.sample(2)
+    loader = ReplayDataLoader(hangs_on_item_2, fifo_buffer(), batch_size=2, source=range(5), workers=1,
+                              timeout=0.5)
+    received = []
+    began = time.monotonic()
+    try:
+        with pytest.raises(RateLimitTimeout, match="the learner waited 0.5 s"):
+            for batch in loader:
+                received.append(batch)
+        waited = time.monotonic() - began
+    finally:
+        release.set()  # let the worker thread finish its call and exit
+    assert len(received) == 2  # one per batch produced before item 2
+    assert waited < 3.0  # 0.5 s, plus scheduling on a loaded machine; the call itself would take 60 s
+    assert settle(lambda: not our_threads())
 
 
 def test_bad_worker_arguments():
@@ -172,14 +199,39 @@ def test_bad_worker_arguments():
         ReplayDataLoader(rows_of, buf, batch_size=2, steps=1, workers=-1)
     with pytest.raises(ValueError, match="worker_kind"):
         ReplayDataLoader(rows_of, buf, batch_size=2, steps=1, workers=1, worker_kind="fiber")
-    with pytest.raises(ValueError, match="rate_limiter needs workers"):
-        ReplayDataLoader(rows_of, buf, batch_size=2, steps=1, rate_limiter=RateLimiter(1.0))
     with pytest.raises(ValueError, match="queue_size"):
         ReplayDataLoader(rows_of, buf, batch_size=2, steps=1, workers=1, queue_size=0)
-    tight = RateLimiter(1.0, min_size=4, error_buffer=1.0, timeout=5)
-    loader = ReplayDataLoader(rows_of, buf, batch_size=4, source=range(5), workers=1, rate_limiter=tight)
-    with pytest.raises(WorkerError, match="error_buffer=1 is too small"):
-        list(loader)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_error_buffer_too_small_for_the_batch_size_is_refused_when_the_loader_is_built(workers):
+    tight = RateLimiter(1.0, min_size=4, error_buffer=2.0, timeout=5)
+    with pytest.raises(LimiterConfigError, match=r"error_buffer=2 is too small for inserts of 1 and samples of 4"):
+        ReplayDataLoader(rows_of, fifo_buffer(), batch_size=4, source=range(5), workers=workers,
+                         rate_limiter=tight)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_error_buffer_too_small_for_the_produced_batches_is_refused_at_the_first_one(workers):
+    tight = RateLimiter(1.0, min_size=4, error_buffer=3.0, timeout=5)  # fits 1 example per insert, not 4
+    loader = ReplayDataLoader(rows_of, fifo_buffer(), batch_size=4, source=range(5), workers=workers,
+                              rate_limiter=tight)
+    with pytest.raises(LimiterConfigError, match=r"error_buffer=3 is too small for inserts of 4 and samples of 4"):
+        list(loader)  # the error itself, not a WorkerError around it
+    assert len(loader.buffer) == 0 and tight.inserts == 0
+
+
+def test_a_rate_limiter_without_workers_yields_what_it_admits_as_with_workers():
+    counts = {}
+    for workers in (0, 1):
+        limiter = RateLimiter(samples_per_insert=2.0, min_size=16, error_buffer=16, timeout=10)
+        loader = ReplayDataLoader(rows_of, fifo_buffer(), batch_size=4, source=range(50), workers=workers,
+                                  rate_limiter=limiter)
+        counts[workers] = sum(1 for _ in loader)
+        assert limiter.inserts == 200 and limiter.samples == 4 * counts[workers]
+        assert limiter.min_diff <= limiter.diff < limiter.min_diff + 4  # every admissible sample was taken
+    # diff ends in [min_diff, min_diff + 4): 2 * 200 - 4 * count with min_diff = 2 * 16 - 16
+    assert counts[0] == counts[1] == (2 * 200 - 16) // 4
 
 
 def test_state_of_an_idle_loader_equals_its_buffer_state():

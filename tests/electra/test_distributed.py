@@ -146,6 +146,23 @@ def torchrun(args: list[str], stdout=subprocess.DEVNULL) -> subprocess.Popen:
                             start_new_session=True)
 
 
+def pretrain_flags(corpus: dict, output_dir: str | Path, steps: int, checkpoint_every: int = 4) -> list[str]:
+    """The command-line twin of `run_settings` (tmr-loss_diff) for a real torchrun job."""
+    return ["--variant", "tmr-loss_diff", "--corpus", corpus["file"], "--vocab-size", "200", "--max-len", "32",
+            "--batch-size", "8", "--steps", str(steps), "--buffer-size", "32", "--warmup-steps", "2",
+            "--output-dir", str(output_dir), "--cache-dir", corpus["cache"], "--no-progress", "--no-export-hf",
+            "--device", "cpu", "--dist-timeout", "60", "--checkpoint-every", str(checkpoint_every),
+            "--keep-checkpoints", "10"]
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie waiting for a reaper counts as ended)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def children(pid: int) -> list[int]:
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -162,12 +179,7 @@ def children(pid: int) -> list[int]:
 def test_a_killed_rank_ends_the_job_and_resume_continues_it_exactly(two_rank_runs, corpus, tmp_path):
     settings = run_settings(corpus, tmp_path / "killed", variant="tmr-loss_diff", checkpoint_every=4,
                             keep_checkpoints=10)
-    args = ["--variant", "tmr-loss_diff", "--corpus", corpus["file"], "--vocab-size", "200", "--max-len", "32",
-            "--batch-size", "8", "--steps", str(STEPS), "--buffer-size", "32", "--warmup-steps", "2",
-            "--output-dir", settings["output_dir"], "--cache-dir", corpus["cache"], "--no-progress",
-            "--no-export-hf", "--device", "cpu", "--dist-timeout", "60", "--checkpoint-every", "4",
-            "--keep-checkpoints", "10"]
-    job = torchrun(args)
+    job = torchrun(pretrain_flags(corpus, settings["output_dir"], STEPS))
     try:
         first = tmp_path / "killed" / "checkpoints" / "step-00000004"
         deadline = time.monotonic() + 120
@@ -214,3 +226,35 @@ def test_a_global_batch_that_does_not_split_over_the_ranks_is_a_clear_error(monk
                                         r"ranks 3"):
         world.per_rank(8, 1000)
     assert World().per_rank(8, 1000) == (8, 1000)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the rank processes through /proc")
+def test_a_killed_launcher_stops_both_ranks_and_its_last_checkpoint_verifies(corpus, tmp_path):
+    """torchrun puts each rank in a session of its own, so a SIGKILL to the launcher reaches no rank: before the
+    watchdog both ranks went on training and writing into the output directory."""
+    from integrations.electra.pretrain.checkpoint import choose_checkpoint, newest_step_dir
+
+    out = tmp_path / "orphaned"
+    job = torchrun(pretrain_flags(corpus, out, steps=100_000, checkpoint_every=2))
+    ranks: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while newest_step_dir(out / "checkpoints") is None and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert newest_step_dir(out / "checkpoints") is not None, job.stderr.read().decode()[-2000:] \
+            if job.poll() is not None else "no checkpoint"
+        ranks = children(job.pid)
+        assert len(ranks) == 2, ranks
+        os.kill(job.pid, signal.SIGKILL)
+        job.wait()
+        killed_at = time.monotonic()
+        while any(map(alive, ranks)) and time.monotonic() - killed_at < 30:
+            time.sleep(0.05)
+        assert not any(map(alive, ranks)), "a rank outlived its launcher"
+        assert time.monotonic() - killed_at < 5  # the watchdog polls every 0.5 s
+    finally:
+        for pid in [job.pid, *ranks]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    chosen = choose_checkpoint(out)
+    assert chosen.step >= 2 and not chosen.skipped

@@ -2,7 +2,6 @@
 their defaults, booleans settable both ways, optional values resettable, and bad values named."""
 from __future__ import annotations
 
-import json
 from dataclasses import MISSING, fields
 
 import pytest
@@ -15,6 +14,8 @@ from integrations.electra.common import OptionSet, ProcessOptions, options_from,
 from integrations.electra.finetune.options import FINETUNE_OPTIONS, SubsetOptions, TrainingOptions  # noqa: E402
 from integrations.electra.pretrain import PretrainConfig, PretrainResult  # noqa: E402
 from integrations.electra.pretrain.heldout import HeldoutConfig  # noqa: E402
+
+from .checkpoint_files import write_config_only_checkpoint  # noqa: E402
 
 COMMANDS = {"pretrain": (PretrainConfig, ProcessOptions), "finetune": (*FINETUNE_OPTIONS, ProcessOptions),
             "heldout": (HeldoutConfig, ProcessOptions)}
@@ -79,11 +80,9 @@ def test_optional_options_reset_to_none_and_values_keep_their_type():
 
 
 def test_a_resumed_run_can_undo_a_saved_compile_and_eviction(tmp_path):
-    step_dir = tmp_path / "run" / "checkpoints" / "step-00000004"
-    step_dir.mkdir(parents=True)
     saved = PretrainConfig(variant="tmr-loss_diff", steps=8, compile=True, eviction="fifo",
                            output_dir=str(tmp_path / "run"))
-    (step_dir / "state.json").write_text(json.dumps({"config": saved.to_json()}))
+    write_config_only_checkpoint(tmp_path / "run" / "checkpoints" / "step-00000004", saved, step=4)
     parser = cli.build_parser()
     kept = cli.pretrain_config(parser.parse_args(["pretrain", "--resume", str(tmp_path / "run")]))
     assert (kept.compile, kept.eviction) == (True, "fifo")

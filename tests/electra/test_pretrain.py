@@ -24,6 +24,8 @@ from integrations.electra.pretrain import (VARIANTS, PretrainConfig, SpecialIds,
                                            mask_inputs, pretrain, read_metrics, resume_config,
                                            uniform_replacements)
 
+from .checkpoint_files import write_config_only_checkpoint  # noqa: E402
+
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4)
 VOCAB = 120
 
@@ -358,10 +360,9 @@ def test_cli_compare_fine_tunes_both_discriminators(corpus, tmp_path):
 
 def test_resume_keeps_every_typed_flag_even_one_equal_to_its_default(tmp_path):
     step_dir = tmp_path / "run" / "checkpoints" / "step-00000004"
-    step_dir.mkdir(parents=True)
     saved = PretrainConfig(variant="tmr-grad_norm", steps=8, checkpoint_every=4, seed=3, mask_prob=0.2,
                            output_dir=str(tmp_path / "run"))
-    (step_dir / "state.json").write_text(json.dumps({"config": saved.to_json()}))
+    write_config_only_checkpoint(step_dir, saved, step=4)
     args = cli.build_parser().parse_args(["pretrain", "--resume", str(tmp_path / "run"), "--checkpoint-every", "0",
                                           "--steps", "12", "--no-progress"])
     config = cli.pretrain_config(args)

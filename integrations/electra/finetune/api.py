@@ -21,6 +21,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+from replayloader.atomic import atomic_write_text
+
 from ..common import format_mean_std, mean_std, pick_device, UserError
 from .glue import (check_local_files, encode_glue_split, get_task, GLUE_EIGHT, GLUE_HUB_NAME, GLUE_TASKS,
                    load_glue_split, run_glue_seed, seeded_subset)
@@ -58,9 +60,9 @@ def _fit_length(encoder, requested: int, log: Callable[[str], None]) -> int:
 def _save_row(row: dict, output_dir: Path, extra: dict | None = None) -> None:
     run_dir = output_dir / "runs" / row["checkpoint"] / row["task"]
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / f"seed{row['seed']}.json").write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
-    for name, payload in (extra or {}).items():
-        (run_dir / f"seed{row['seed']}.{name}.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    for name, payload in (extra or {}).items():  # the row last, so a row on disk has its extras
+        atomic_write_text(run_dir / f"seed{row['seed']}.{name}.json", json.dumps(payload, indent=1) + "\n")
+    atomic_write_text(run_dir / f"seed{row['seed']}.json", json.dumps(row, indent=2) + "\n")
 
 
 def _training_fields(config, stats) -> dict:
@@ -356,16 +358,16 @@ def write_results(rows: Sequence[dict], output_dir: str | Path, title: str = "Fi
     output.mkdir(parents=True, exist_ok=True)
     paths = {"markdown": output / "results.md", "runs_csv": output / "results_runs.csv",
              "runs_jsonl": output / "results_runs.jsonl"}
-    paths["markdown"].write_text(render_markdown(rows, title), encoding="utf-8")
     glue_header, glue_body = glue_table(rows)
     if glue_body and len(glue_header) > 1:
         paths["glue_csv"] = output / "results_glue.csv"
-        paths["glue_csv"].write_text(_csv_text(glue_header, glue_body), encoding="utf-8")
+        atomic_write_text(paths["glue_csv"], _csv_text(glue_header, glue_body))
     squad_header, squad_body = squad_table(rows)
     if squad_body:
         paths["squad_csv"] = output / "results_squad.csv"
-        paths["squad_csv"].write_text(_csv_text(squad_header, squad_body), encoding="utf-8")
+        atomic_write_text(paths["squad_csv"], _csv_text(squad_header, squad_body))
     columns = list(dict.fromkeys(k for r in rows for k in r))
-    paths["runs_csv"].write_text(_csv_text(columns, [[r.get(c, "") for c in columns] for r in rows]), encoding="utf-8")
-    paths["runs_jsonl"].write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    atomic_write_text(paths["runs_csv"], _csv_text(columns, [[r.get(c, "") for c in columns] for r in rows]))
+    atomic_write_text(paths["runs_jsonl"], "".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write_text(paths["markdown"], render_markdown(rows, title))  # last: drivers take it as "done"
     return paths

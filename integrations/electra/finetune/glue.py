@@ -50,6 +50,7 @@ class TsvReadReport:
 
     kept: int = 0
     skipped_lines: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # "line N: what is wrong", one per skipped line
 
 
 def read_glue_tsv(task: GlueTask, path: Path) -> tuple[datasets.Dataset, TsvReadReport]:
@@ -92,28 +93,48 @@ def read_glue_tsv(task: GlueTask, path: Path) -> tuple[datasets.Dataset, TsvRead
             text_positions = list(task.local_text_sources)
             label_position = task.local_label_source
             first_line = 1
+        needed = max([*text_positions, label_position]) + 1
         for line_number, row in enumerate(rows, start=first_line):
-            if width is None:
-                width = len(row)  # header-less (CoLA): the first row fixes the width
-            label = _parse_label(task, row[label_position]) if len(row) == width else None
-            if label is None:
+            if width is None and len(row) >= needed:
+                width = len(row)  # header-less (CoLA): the first complete row fixes the width
+            problem = _row_problem(task, row, width, needed, label_position)
+            if problem is not None:
                 report.skipped_lines.append(line_number)
+                report.problems.append(f"line {line_number}: {problem}")
                 continue
             for column, position in zip(task.text_columns, text_positions):
                 columns[column].append(row[position])
-            columns["label"].append(label)
+            columns["label"].append(_parse_label(task, row[label_position]))
             columns["idx"].append(report.kept)
             report.kept += 1
+    if not report.kept:
+        found = (f"{len(report.skipped_lines)} malformed: " + "; ".join(report.problems[:3])
+                 if report.skipped_lines else "no data rows")
+        raise UserError(f"GLUE task {task.name!r}: {path} has no usable row ({found})")
     if report.skipped_lines:
         warnings.warn(
             f"{path}: skipped {len(report.skipped_lines)} malformed line(s) "
-            f"(first: {report.skipped_lines[:5]}); kept {report.kept}",
+            f"(first: {report.skipped_lines[:5]}; {report.problems[0]}); kept {report.kept}",
             stacklevel=2,
         )
     features = {c: datasets.Value("string") for c in task.text_columns}
     features["label"] = datasets.Value("float32") if task.is_regression else datasets.ClassLabel(names=list(task.label_names))
     features["idx"] = datasets.Value("int32")
     return datasets.Dataset.from_dict(columns, features=datasets.Features(features)), report
+
+
+def _row_problem(task: GlueTask, row: list[str], width: int | None, needed: int, label_position: int) -> str | None:
+    """What makes a row unusable (a cut or extra column, a missing or unknown label), or None."""
+    if len(row) < needed or (width is not None and len(row) != width):
+        expected = width if width is not None else f"at least {needed}"
+        return f"{len(row)} field(s), expected {expected} (a cut or extra column)"
+    raw = row[label_position]
+    if not raw.strip():
+        return f"the label (column {task.local_label_source!r}) is missing"
+    if _parse_label(task, raw) is None:
+        kinds = "a number" if task.local_label_map is None else f"one of {sorted(task.local_label_map)}"
+        return f"the label {raw!r} is not {kinds}"
+    return None
 
 
 def _parse_label(task: GlueTask, raw: str) -> float | int | None:

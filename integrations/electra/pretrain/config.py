@@ -107,6 +107,9 @@ class PretrainConfig:
     amp: str = option("none", "autocast on CUDA: none, bf16 or fp16", RUN)
     compile: bool = option(False, "torch.compile the pair (CUDA only; not with feedback that needs eager mode, "
                                   "such as ghost gradient norms)", RUN)
+    defer_feedback: bool = option(False, "hand each step's per-example feedback to the buffer just before the next "
+                                         "step's examples are added, after its generator work is queued, so a CUDA "
+                                         "step never waits for the copy (same results)", RUN)
     progress: bool = option(True, "show a progress bar (--no-progress: none)", RUN)
     export_hf: bool = option(True, "export Hugging Face discriminator/ and generator/ directories at the end "
                                    "(--no-export-hf: none)", RUN)
@@ -212,13 +215,18 @@ def _from_saved(saved: dict) -> PretrainConfig:
 
 
 def resume_config(path: str, **overrides) -> PretrainConfig:
-    """The config saved with a checkpoint, updated with exactly ``overrides`` (the options the user gave)."""
-    from .checkpoint import find_checkpoint
+    """The config saved with a checkpoint, updated with exactly ``overrides`` (the options the user gave).
 
-    checkpoint = find_checkpoint(path)
-    saved = json.loads((checkpoint / "state.json").read_text())["config"]
+    The checkpoint is the newest under ``path`` that verifies (`checkpoint.choose_checkpoint`). The run
+    continues in the run directory ``path`` names (a copy of a run continues in the copy), never in the
+    ``--output-dir`` saved with it, unless ``overrides`` gives one.
+    """
+    from .checkpoint import choose_checkpoint
+
+    checkpoint = choose_checkpoint(path)
+    saved = checkpoint.state["config"]
     unknown = sorted(set(overrides) - {f.name for f in fields(PretrainConfig)})
     if unknown:
         raise UserError(f"unknown option(s) {', '.join(unknown)}")
     base = _from_saved(saved)
-    return replace(base, **overrides, resume=str(checkpoint))
+    return replace(base, **{"output_dir": str(checkpoint.run_dir), **overrides}, resume=str(checkpoint.path))

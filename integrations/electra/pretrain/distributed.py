@@ -19,7 +19,11 @@ import contextlib
 import datetime
 import math
 import os
+import sys
+import threading
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -71,6 +75,14 @@ class World:
     def barrier(self) -> None:
         pass
 
+    def share(self, value: Any) -> Any:
+        """Rank 0's ``value`` (any picklable object), returned on every rank."""
+        return value
+
+    def all_agree(self, ok: bool) -> bool:
+        """True on every rank when ``ok`` is true on every rank (how a failed checkpoint write is told to all)."""
+        return ok
+
     def close(self) -> None:
         pass
 
@@ -100,6 +112,7 @@ class DistributedWorld(World):
             backend = "gloo"
         # A dead peer makes a collective fail after this timeout instead of blocking forever (torchrun's agent
         # normally takes the job down sooner, when it sees the worker exit).
+        watch_launcher()  # before the rendezvous, which blocks too
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_seconds))
         self._reduce_device = self._device if backend == "nccl" else torch.device("cpu")
 
@@ -163,9 +176,45 @@ class DistributedWorld(World):
         else:
             self.dist.barrier()
 
+    def share(self, value: Any) -> Any:
+        box = [value]
+        self.dist.broadcast_object_list(box, src=0, device=self._reduce_device)
+        return box[0]
+
+    def all_agree(self, ok: bool) -> bool:
+        flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=self._reduce_device)
+        self.dist.all_reduce(flag, op=self.dist.ReduceOp.MIN)
+        return bool(flag.item())
+
     def close(self) -> None:
         if self.dist.is_initialized():
             self.dist.destroy_process_group()
+
+
+LAUNCHER_GONE_EXIT = 3  # a rank's exit status when it stopped because its launcher died
+
+
+def watch_launcher(poll_seconds: float = 0.5) -> threading.Thread:
+    """Stop this process when its parent (torchrun's agent) dies.
+
+    torchrun starts every rank in a session of its own, so a SIGKILL to the launcher reaches no rank and both
+    would go on training and writing into the output directory. The parent's death is seen as a change of
+    ``os.getppid()`` (the orphan is adopted by init or a subreaper); the watchdog then says so on stderr and
+    exits at once with `LAUNCHER_GONE_EXIT`: a rank may be blocked in a collective, so only a hard exit is sure
+    to end it, and checkpoints are written atomically, so the last complete one stays valid.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_seconds)
+        print(f"rank {os.environ.get('RANK', '?')}: the launcher (pid {parent}) is gone; stopping",
+              file=sys.stderr, flush=True)
+        os._exit(LAUNCHER_GONE_EXIT)
+
+    thread = threading.Thread(target=watch, name="launcher-watchdog", daemon=True)
+    thread.start()
+    return thread
 
 
 def make_world(device_name: str = "auto", timeout_seconds: float = 600.0) -> World:

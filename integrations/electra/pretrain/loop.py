@@ -24,13 +24,15 @@ from pathlib import Path
 import torch
 
 from replayloader import ReplayBuffer, ReplayDataLoader
+from replayloader.atomic import atomic_write_text
 
 from transformers import get_linear_schedule_with_warmup
 
-from ..common import Autocast, set_seed
+from ..common import Autocast, UserError, set_seed
 from ..data import BatchStream, prepare_pretraining_data
 from ..models import PairPart, build_electra_pair
-from .checkpoint import export_pair, find_checkpoint, load_checkpoint, prune_checkpoints, save_checkpoint
+from .checkpoint import (Checkpoint, check_same_run, choose_checkpoint, export_pair, load_checkpoint,
+                         prune_checkpoints, save_checkpoint)
 from .config import PretrainConfig, buffer_strategy, model_preset
 from .corruption import CorruptionProducer, SpecialIds
 from .distributed import make_world
@@ -62,12 +64,44 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
         world.close()
 
 
+def resume_point(cfg: PretrainConfig, world) -> Checkpoint:
+    """The checkpoint ``cfg.resume`` names, chosen and verified on rank 0 (the others get its answer, so every
+    rank loads the same one), and checked to be of this run's preset and variant."""
+    outcome: Checkpoint | UserError | None = None
+    if world.is_main:
+        try:
+            outcome = choose_checkpoint(cfg.resume)
+        except UserError as error:
+            outcome = error
+    outcome = world.share(outcome)
+    if isinstance(outcome, UserError):
+        raise outcome
+    check_same_run(outcome, cfg.preset, cfg.variant)
+    return outcome
+
+
+def learning_rate_schedule(optimizer: torch.optim.Optimizer, cfg: PretrainConfig, step: int):
+    """Linear warmup to ``cfg.learning_rate`` over ``cfg.warmup_steps``, then linear decay to 0 at ``cfg.steps``,
+    positioned at ``step`` (the steps already taken).
+
+    The schedule is a function of the run's options and the step, never restored from a checkpoint: resuming
+    with the same options continues it exactly, and resuming a run with more ``--steps`` continues on the
+    schedule of the new total from the current step (as if the run had been started with that total), so the
+    first resumed step trains at that schedule's rate instead of the old schedule's final 0.
+    """
+    for group in optimizer.param_groups:
+        group["initial_lr"] = cfg.learning_rate  # the peak; LambdaLR scales it by the schedule's factor
+    return get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.steps, last_epoch=step - 1)
+
+
 def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
     device = world.device(cfg.device)
     batch_size, buffer_size = world.per_rank(cfg.batch_size, cfg.buffer_size)
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     autocast = Autocast.choose(device, cfg.amp)  # a no-op off CUDA or with --amp none
+
+    resumed = resume_point(cfg, world) if cfg.resume else None  # checked before any data is prepared
 
     # ---- data: tokenizer + packed examples (cached, memory-mapped), streamed as shuffled raw batches
     set_seed(cfg.seed)
@@ -85,7 +119,6 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
     buffer_seed = world.start_rank_streams(cfg.seed)  # same initial weights everywhere, then each rank's streams
     model = world.wrap(pair)  # DDP around both models: both passes below go through it
     optimizer = make_optimizer(pair, cfg.learning_rate, cfg.weight_decay)
-    scheduler = get_linear_schedule_with_warmup(optimizer, cfg.warmup_steps, cfg.steps)
     scaler = torch.amp.GradScaler(device.type, enabled=autocast.dtype == torch.float16)
     feedback = make_feedback(cfg, pair.discriminator)  # what goes back to the buffer, chosen once
     if cfg.compile and device.type == "cuda" and not feedback.needs_eager:
@@ -97,15 +130,19 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
                           seed=buffer_seed)
     producer = CorruptionProducer(generator, special, cfg.mask_prob, cfg.mask_token_prob, autocast,
                                   cfg.replacements)
-    loader = ReplayDataLoader(producer, buffer, batch_size=batch_size, source=stream, steps=cfg.steps)
+    loader = ReplayDataLoader(producer, buffer, batch_size=batch_size, source=stream, steps=cfg.steps,
+                              defer_feedback=cfg.defer_feedback)
 
     start_step = 0
-    if cfg.resume:
-        start_step, loader_state = load_checkpoint(find_checkpoint(cfg.resume), pair, optimizer, scheduler, world)
+    if resumed is not None:
+        start_step, loader_state = load_checkpoint(resumed.path, pair, optimizer, world, resumed.state)
         loader.load_state_dict(loader_state)
+        if world.is_main:
+            print(resumed.describe() + ("" if resumed.run_dir == out_dir else f"; writing to {out_dir}"), flush=True)
+    scheduler = learning_rate_schedule(optimizer, cfg, start_step)
     if world.is_main:
-        (out_dir / "config.json").write_text(json.dumps(cfg.to_json(), indent=1))
-    log = MetricsLog(out_dir / "metrics.jsonl", start_step if cfg.resume else None, enabled=world.is_main)
+        atomic_write_text(out_dir / "config.json", json.dumps(cfg.to_json(), indent=1))
+    log = MetricsLog(out_dir / "metrics.jsonl", start_step if resumed is not None else None, enabled=world.is_main)
 
     from tqdm.auto import tqdm
 
@@ -173,6 +210,6 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
                "torch_threads": torch.get_num_threads(), "ranks": world.size, "examples": len(data),
                "corpus_tokens": data.num_tokens, "data_prepare_seconds": data.prepare_seconds,
                "wall_seconds_this_session": wall, **summarize(records)}
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    atomic_write_text(out_dir / "summary.json", json.dumps(summary, indent=1))  # a job queue's "done" mark
     return PretrainResult(cfg, str(out_dir), discriminator_dir, str(out_dir / "metrics.jsonl"), str(plot_path),
                           summary, [r["loss"] for r in records])

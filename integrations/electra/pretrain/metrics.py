@@ -5,7 +5,6 @@ across ranks before it is written.
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,13 +14,21 @@ import torch
 from scipy.stats import entropy
 from sklearn.metrics import roc_auc_score
 
+from replayloader.checkpoint import StateFileError
 from replayloader.strategies import grad_bound_sigmoid
 
+from ..common import UserError
+from ..jsonl import JsonLinesWriter, read_json_lines, rewrite_json_lines
 from .losses import DiscriminatorLosses
 
 
 class MetricsLog:
-    """One JSON object per step in metrics.jsonl; on resume, records after the checkpoint step are dropped."""
+    """One JSON object per step in metrics.jsonl, appended safely (`jsonl.JsonLinesWriter`).
+
+    On resume the records after the checkpoint's step are dropped (the resumed run recomputes them) and the
+    rest kept as they are; ``resume_step`` must be the step of a checkpoint that verified, so no line the
+    checkpoint does not account for is ever removed. A fresh run (``resume_step`` None) starts an empty log.
+    """
 
     def __init__(self, path: Path, resume_step: int | None, enabled: bool = True) -> None:
         self.path = path
@@ -30,16 +37,17 @@ class MetricsLog:
             return
         kept = []
         if resume_step is not None and path.exists():
-            kept = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= resume_step]
-        path.write_text("".join(line + "\n" for line in kept))
-        self.file = open(path, "a", encoding="utf-8")
+            try:
+                kept = [r for r in read_json_lines(path) if r["step"] <= resume_step]
+            except StateFileError as error:  # a damaged line before the end: keep the file, say which line
+                raise UserError(f"{error}; the resumed run leaves this log alone: repair or move it") from None
+        rewrite_json_lines(path, kept)
+        self.file = JsonLinesWriter(path)
 
     def write(self, record: dict) -> None:
         if self.file is None:
             return
-        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-        self.file.write(json.dumps(clean) + "\n")
-        self.file.flush()
+        self.file.write({k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()})
 
     def close(self) -> None:
         if self.file is not None:
@@ -47,7 +55,8 @@ class MetricsLog:
 
 
 def read_metrics(path: str | Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line]
+    """The records of a metrics.jsonl (a last line torn by a kill is dropped)."""
+    return read_json_lines(path)
 
 
 def _fraction(numerator: torch.Tensor, denominator: torch.Tensor) -> float:

@@ -3,7 +3,7 @@
 # 2 pretraining seeds per variant, then GLUE fine-tuning (CoLA, SST-2, MRPC, STS-B, RTE; 3 seeds each).
 #
 # Usage (from the repo root):
-#   STEPS=2500 OUT=runs/tmr_cpu FT_TRAIN=2000 bash examples/reproduce_tmr_cpu.sh
+#   STEPS=2500 OUT=runs/tmr_cpu FT_TRAIN=2000 bash experiments/reproduce_tmr_cpu.sh
 #
 # Pretraining runs one after another. Fine-tuning of checkpoint k runs in the background while checkpoint k+1
 # is pretrained (one fine-tuning job at a time, 1 thread each), so at most two of our processes run at once.

@@ -1,6 +1,6 @@
-"""Tables and figures of issue 11's phase 2 from the runs of examples/reproduce_tmr_cpu.py (any subset done).
+"""Tables and figures of issue 11's phase 2 from the runs of experiments/reproduce_tmr_cpu.py (any subset done).
 
-    python examples/reproduce_tmr_summary.py runs/reproduce_tmr     # -> results/reproduction_tables.md + .png
+    python experiments/reproduce_tmr_summary.py runs/reproduce_tmr     # -> results/reproduction_tables.md + .png
 
 - Held-out AUC and L_D (the same corrupted tokens for every run) at 25/50/100% of the steps: mean ± sample std
   over seeds, and the paired difference TMR - ELECTRA (same seed) with a percentile-bootstrap 95% CI.
@@ -22,11 +22,11 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from reproduce_tmr_cpu import ABLATIONS, ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
+from experiments.reproduce_tmr_cpu import ABLATIONS, ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS  # noqa: E402
+from experiments.run_queue import REPO  # noqa: E402
 from integrations.electra.finetune.tasks import GLUE_TASKS as GLUE_TABLE  # noqa: E402
+from integrations.electra.pretrain.metrics import read_metrics  # noqa: E402
 MARKS = (STEPS // 4, STEPS // 2, STEPS)  # 25, 50, 100% of the steps
 THRESHOLD = 0.6  # "has escaped the plateau": held-out AUC this high (the collapsed discriminator sits at 0.5)
 
@@ -38,8 +38,7 @@ def load_runs(out: Path) -> dict[str, dict[int, list[dict]]]:
         if not (run / "summary.json").exists():
             continue
         arm, seed = run.name.rsplit("-seed", 1)
-        with open(run / "metrics.jsonl") as lines:
-            records = [json.loads(line) for line in lines]
+        records = read_metrics(run / "metrics.jsonl")
         for r in records:
             if r.get("buffer_weight_std") is not None and r.get("buffer_weight_mean"):
                 r["weight_ess_fraction"] = 1.0 / (1.0 + (r["buffer_weight_std"] / r["buffer_weight_mean"]) ** 2)
@@ -320,8 +319,8 @@ def main() -> int:
         return 1
     heldout = json.loads((out / "heldout.json").read_text()) if (out / "heldout.json").exists() else {}
     header = ["# Phase 2 tables (generated)", "",
-              f"Made by `python examples/reproduce_tmr_summary.py {args.out}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-              " from the finished runs of `python examples/reproduce_tmr_cpu.py`; machine: 2 CPU cores, no GPU, one "
+              f"Made by `python experiments/reproduce_tmr_summary.py {args.out}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+              " from the finished runs of `python experiments/reproduce_tmr_cpu.py`; machine: 2 CPU cores, no GPU, one "
               "torch thread per run, two runs at a time. Plot: `reproduction_curves.png`.", ""]
     if heldout:
         header += [f"Held-out set: {heldout.get('examples')} examples of {heldout.get('max_len')} tokens from "

@@ -1,9 +1,9 @@
-"""Summary of the regime search (examples/regime_search.py): for every probe folder with a metrics.jsonl, the
+"""Summary of the regime search (experiments/regime_search.py): for every probe folder with a metrics.jsonl, the
 fresh-example ranking AUC of the discriminator along training, whether it reached and held 0.8, L_D against the
 base-rate entropy, the generator's accuracy and the speed; a markdown table on stdout (and in
 OUT/regime_search_table.md) and the curves in a PNG.
 
-    python examples/regime_search_summary.py runs/regime_search [--plot results/regime_search.png]
+    python experiments/regime_search_summary.py runs/regime_search [--plot results/regime_search.png]
 """
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from probe_metrics import prior_entropy, read_rows, tail_mean, window_mean
-from regime_search import PROBES, heldout_text
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
+from experiments.probe_metrics import prior_entropy, read_rows, tail_mean, window_mean  # noqa: E402
+from experiments.regime_search import PROBES, heldout_text  # noqa: E402
 
 AUC_KEY = "replaced_auc_fresh"  # examples the discriminator never trained on (for ELECTRA: its whole batch)
 MARKS = [100, 250, 500, 1000, 2000, 3000, 5000, 10000]
@@ -42,7 +43,7 @@ def reached_and_held(steps: np.ndarray, auc: np.ndarray) -> tuple[str, str]:
 
 
 def heldout(out: Path, name: str) -> dict | None:
-    """Held-out AUC of a finished probe (examples/heldout_auc.py), computed once and kept in heldout.json."""
+    """Held-out AUC of a finished probe (experiments/heldout_auc.py), computed once and kept in heldout.json."""
     run = out / name
     cached = run / "heldout.json"
     if not cached.exists():

@@ -3,7 +3,7 @@ exported generator corrupts held-out lines (its tokenizer, sequence length and m
 exported discriminator scores them: ranking AUC of replaced over original tokens and L_D against the base-rate
 entropy. A high training AUC with a chance-level held-out AUC means the discriminator memorised a small corpus.
 
-    python examples/heldout_auc.py RUN_DIR TEXT_FILE[.gz] [--skip-lines N] [--examples 256]
+    python experiments/heldout_auc.py RUN_DIR TEXT_FILE[.gz] [--skip-lines N] [--examples 256]
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
 from integrations.electra.pretrain.config import saved_run_config  # noqa: E402
 from integrations.electra.pretrain.heldout import build_heldout_set, evaluate_heldout  # noqa: E402
 

@@ -4,9 +4,9 @@
 # embedded python-docs corpus and on Wikipedia text (the corpus of results/tmr_vs_electra*.md). Two runs at a
 # time, one thread each (about 15 min for 1500 steps on 2 cores). A run whose summary.json exists is not redone.
 # Then prints the ranking AUC over training and how each trained discriminator responds to a swapped word
-# (examples/probe_discriminator_summary.py; results/discriminator_probe.md).
+# (experiments/probe_discriminator_summary.py; results/discriminator_probe.md).
 #
-#   bash examples/probe_discriminator.sh                 # OUT=runs/probe_discriminator STEPS=1500
+#   bash experiments/probe_discriminator.sh                 # OUT=runs/probe_discriminator STEPS=1500
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,4 +27,4 @@ mkdir -p "$OUT"
 run docs-generator python-docs cache-docs generator & run docs-uniform python-docs cache-docs2 uniform & wait
 run wiki-generator "$WIKI" cache-wiki generator & run wiki-uniform "$WIKI" cache-wiki2 uniform & wait
 
-"$PY" examples/probe_discriminator_summary.py "$OUT"
+"$PY" experiments/probe_discriminator_summary.py "$OUT"

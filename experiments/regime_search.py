@@ -1,10 +1,10 @@
 """Issue 11, phase 1: where does ELECTRA's discriminator learn on this machine? Runs every probe of the search
 (ELECTRA, tiny preset, one axis changed at a time from a Wikipedia baseline), then writes the summary table and
-plot (examples/regime_search_summary.py -> results/regime_search.md's table, results/regime_search.png).
+plot (experiments/regime_search_summary.py -> results/regime_search.md's table, results/regime_search.png).
 
-    python examples/regime_search.py                      # OUT=runs/regime_search, 2 probes at a time
-    python examples/regime_search.py --parallel 1 --only wiki-vocab1k docs-5k
-    python examples/regime_search.py --list               # the probes and their status, nothing runs
+    python experiments/regime_search.py                      # OUT=runs/regime_search, 2 probes at a time
+    python experiments/regime_search.py --parallel 1 --only wiki-vocab1k docs-5k
+    python experiments/regime_search.py --list               # the probes and their status, nothing runs
 
 Resumable and safe to start twice: a probe whose summary.json exists is not redone, one with a checkpoint
 resumes from it (every 500 steps), and a probe another driver is running (its running.pid names a live process)
@@ -19,9 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from run_queue import Job, pretrain_command, run_jobs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
+from experiments.run_queue import REPO, Job, pretrain_command, run_jobs  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 # ../shared/data from the main checkout, ../../shared/data from a worktree under wt/; SHARED_DATA overrides.
 DATA = Path(os.environ.get("SHARED_DATA") or next(
     (p / "shared" / "data" for p in REPO.parents if (p / "shared" / "data").is_dir()), REPO.parent / "shared" / "data"))
@@ -33,7 +33,7 @@ CORPORA = {  # name -> --corpus value (never the SQuAD dev articles: SQuAD dev i
     "wt2": f"{DATA}/wikitext-2/wiki.valid.tokens.gz,{DATA}/wikitext-2/wiki.test.tokens.gz",
     "brown": f"{NLTK_DIR}/brown.zip",
 }
-# Text no probe of that corpus trained on, for examples/heldout_auc.py, as (file, lines to skip): raw WikiText-2
+# Text no probe of that corpus trained on, for experiments/heldout_auc.py, as (file, lines to skip): raw WikiText-2
 # test (other Wikipedia articles) for every corpus but WikiText-2 itself, which gets SQuAD Wikipedia paragraphs.
 HELDOUT = {corpus: (str(DATA / "wikitext-2" / "wiki.test.raw.noblank.gz"), 0) for corpus in CORPORA}
 HELDOUT["wt2"] = (str(WIKI_DIR / "squad-train-articles.part2of2.txt.gz"), 0)
@@ -111,7 +111,7 @@ def main() -> int:
         return 0
     run_jobs([job(out, name) for name in names], out, args.parallel, wait=False)
     if not args.no_summary:
-        subprocess.run([sys.executable, str(REPO / "examples" / "regime_search_summary.py"), str(out)], check=False)
+        subprocess.run([sys.executable, str(REPO / "experiments" / "regime_search_summary.py"), str(out)], check=False)
     return 0
 
 

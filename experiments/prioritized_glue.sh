@@ -3,9 +3,9 @@
 # A tiny ELECTRA-shaped model (hidden 64, 2 layers, WordPiece 4000 trained on SST-2 train sentences, random
 # weights: no pretraining) is fine-tuned on a seeded 8,000-example subset for 1, 2 and 3 epochs (250 / 500 / 750
 # steps, each budget its own run with its own LR schedule), seeds 0 1 2, and scored on the full dev set (872).
-# Then examples/prioritized_glue_summary.py writes results/prioritized_glue.md.
-#   bash examples/prioritized_glue.sh [OUT_DIR]     (one process at a time, 1 thread, nice; ~15 min on 2 cores)
-#   EPOCHS="6" bash examples/prioritized_glue.sh    (other budgets into the same OUT_DIR; the summary takes all)
+# Then experiments/prioritized_glue_summary.py writes results/prioritized_glue.md.
+#   bash experiments/prioritized_glue.sh [OUT_DIR]     (one process at a time, 1 thread, nice; ~15 min on 2 cores)
+#   EPOCHS="6" bash experiments/prioritized_glue.sh    (other budgets into the same OUT_DIR; the summary takes all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/prioritized_glue}
@@ -17,7 +17,7 @@ CKPT=$OUT/checkpoint
 if [ ! -f "$CKPT/config.json" ]; then
   python - "$GLUE" "$CKPT" <<'PY'
 import csv, sys
-from integrations.electra.finetune.tiny import build_tiny_checkpoint
+from tests.electra.tiny_checkpoint import build_tiny_checkpoint  # the tests' random tiny ELECTRA builder
 with open(f"{sys.argv[1]}/SST-2/train.tsv", newline="") as handle:
     rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
     next(rows)
@@ -34,5 +34,5 @@ for epochs in $EPOCHS; do
       --no-progress --sampling "$sampling" --output-dir "$OUT/${sampling}_e${epochs}"
   done
 done
-python examples/prioritized_glue_summary.py "$OUT" --command "EPOCHS=\"$EPOCHS\" bash examples/prioritized_glue.sh $*" \
+python experiments/prioritized_glue_summary.py "$OUT" --command "EPOCHS=\"$EPOCHS\" bash experiments/prioritized_glue.sh $*" \
   --out results/prioritized_glue.md

@@ -10,12 +10,12 @@ Every table and figure of results/REPRODUCTION.md comes from this one script, in
 3. ``finetune``: the discriminators at 25, 50 and 100% of every finished run, exported from its checkpoints,
    fine-tuned on the GLUE tasks available offline (CoLA, SST-2, MRPC, STS-B, RTE): 2,000-example training
    subsets, full dev sets, fine-tuning seeds 0-2, lr 1e-3 (the tiny model's rate).
-4. ``summary``: examples/reproduce_tmr_summary.py writes the tables and plots from whatever runs are done.
+4. ``summary``: experiments/reproduce_tmr_summary.py writes the tables and plots from whatever runs are done.
 
-    python examples/reproduce_tmr_cpu.py                     # everything not done yet, 2 runs at a time
-    python examples/reproduce_tmr_cpu.py --seeds 0 1 2       # a chunk: the first three paired seeds
-    python examples/reproduce_tmr_cpu.py --stages pretrain   # only pretraining (then finetune, later)
-    python examples/reproduce_tmr_cpu.py --list              # every job and its status; nothing runs
+    python experiments/reproduce_tmr_cpu.py                     # everything not done yet, 2 runs at a time
+    python experiments/reproduce_tmr_cpu.py --seeds 0 1 2       # a chunk: the first three paired seeds
+    python experiments/reproduce_tmr_cpu.py --stages pretrain   # only pretraining (then finetune, later)
+    python experiments/reproduce_tmr_cpu.py --list              # every job and its status; nothing runs
 
 Stop it at any time (the runs checkpoint every 625 steps and resume exactly); start it again to continue.
 """
@@ -27,7 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from run_queue import REPO, Job, pretrain_command, run_jobs
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
+from experiments.run_queue import REPO, Job, pretrain_command, run_jobs  # noqa: E402
 
 ARMS = ("electra", "tmr-loss_diff", "tmr-grad_norm", "tmr-grad_bound")
 EXTRA_ARMS = ("tmr-lsr", "tmr-linucb")  # the paper's Fig. 4 initializers, when the budget allows
@@ -126,7 +127,7 @@ def main() -> int:
         run_jobs([finetune_job(out, job, m) for job in arms if job.status() == "done" for m in MARKS], out,
                  args.parallel)
     if not args.no_summary:
-        subprocess.run([sys.executable, str(REPO / "examples" / "reproduce_tmr_summary.py"), str(out)], check=False)
+        subprocess.run([sys.executable, str(REPO / "experiments" / "reproduce_tmr_summary.py"), str(out)], check=False)
     return 0
 
 

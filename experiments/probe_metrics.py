@@ -3,18 +3,18 @@ summaries average over a window of steps, and L_D is read against the entropy of
 loss of a discriminator that predicts only the base rate)."""
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from integrations.electra.pretrain.metrics import base_rate_entropy as prior_entropy  # noqa: F401 (re-exported)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
+from integrations.electra.pretrain.metrics import base_rate_entropy as prior_entropy  # noqa: E402,F401 (re-exported)
+from integrations.electra.pretrain.metrics import read_metrics  # noqa: E402
 
 
 def read_rows(path: str | Path) -> list[dict]:
-    with open(path) as lines:
-        return [json.loads(line) for line in lines]
+    """A run's records; a last line torn by a kill (a run still writing) is dropped."""
+    return read_metrics(path)
 
 
 def window_mean(rows: list[dict], key: str, step: int, half: int = 25) -> float:

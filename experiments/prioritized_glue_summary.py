@@ -1,9 +1,9 @@
-"""Table of examples/prioritized_glue.sh: dev accuracy against steps for uniform and prioritized sampling.
+"""Table of experiments/prioritized_glue.sh: dev accuracy against steps for uniform and prioritized sampling.
 
 Reads ``<run dir>/<sampling>_e<epochs>/results_runs.jsonl`` of one or more run directories (the finetune command's per-run rows) and writes
 mean ± sample std over seeds, the paired difference (prioritized − uniform, same seed), and seconds per step.
 
-    python examples/prioritized_glue_summary.py runs/prioritized_glue --out results/prioritized_glue.md
+    python experiments/prioritized_glue_summary.py runs/prioritized_glue --out results/prioritized_glue.md
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def render(rows: list[dict], command: str) -> str:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", type=Path, nargs="+", help="output directories of prioritized_glue.sh")
-    parser.add_argument("--command", default="bash examples/prioritized_glue.sh")
+    parser.add_argument("--command", default="bash experiments/prioritized_glue.sh")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     text = render(load_rows(args.run_dirs), args.command)

@@ -1,0 +1,14 @@
+"""The integration is imported as ``replayloader_electra`` (the name the wheel installs) from *this* checkout's
+integrations/electra/, just as ``replayloader`` comes from this checkout's folder (pytest puts the checkout first
+on sys.path). An editable install elsewhere (another worktree) maps that name through its own import hook,
+which would otherwise win here and test that checkout's code instead."""
+import importlib.util
+import sys
+from pathlib import Path
+
+NAME, FOLDER = "replayloader_electra", Path(__file__).resolve().parents[1] / "integrations" / "electra"
+
+if NAME not in sys.modules:
+    spec = importlib.util.spec_from_file_location(NAME, FOLDER / "__init__.py", submodule_search_locations=[str(FOLDER)])
+    sys.modules[NAME] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sys.modules[NAME])

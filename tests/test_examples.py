@@ -1,0 +1,59 @@
+"""Every script in examples/ runs end to end with tiny arguments, as a user would run it (their full-size
+figures live in results/)."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_example_has_a_test_here():
+    tested = {"dqn_cartpole.py", "electra_tmr.py", "prioritized_digits.py",
+              "dqn_cartpole_ray.py"}  # the last one in tests/ray/test_dqn_example.py (needs ray)
+    assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == tested
+
+
+def test_digits_example_writes_a_table(tmp_path):
+    digits = load(EXAMPLES / "prioritized_digits.py")
+    out = tmp_path / "digits.md"
+    digits.main(["--seeds", "0", "1", "--steps", "40", "--eval-every", "20", "--table-steps", "20", "40",
+                 "--out", str(out)])
+    text = out.read_text()
+    for variant in ("uniform", "replacement", "loss", "loss_diff", "grad_bound"):
+        assert f"| {variant} |" in text
+    assert "| variant | step 20 | step 40 |" in text and "Command: `python examples/prioritized_digits.py" in text
+
+
+def test_dqn_example_trains_inline_and_with_a_worker(tmp_path, capsys):
+    dqn = load(EXAMPLES / "dqn_cartpole.py")
+    out = tmp_path / "dqn.md"
+    dqn.main(["--seeds", "0", "--env-steps", "200", "--warmup", "64", "--bins", "2", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "workers=0 seed=0:" in printed and "workers=1 seed=0:" in printed
+    text = out.read_text()
+    assert "| workers=0 seed=0 |" in text and "| workers=1 seed=0 |" in text and "--warmup 64" in text
+    assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_main_job_runs_from_another_directory(tmp_path):
+    """The main job's script with tiny settings on an embedded corpus, started outside the checkout."""
+    out = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / "electra_tmr.py"), "--corpus", "python-topics", "--max-lines", "300",
+         "--steps", "2", "--vocab-size", "300", "--max-len", "32", "--batch-size", "4", "--buffer-size", "8",
+         "--threads", "1", "--no-finetune", "--no-progress", "--output-dir", str(out)],
+        cwd=tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| electra | tmr-loss_diff |" in (out / "summary.md").read_text()
+    for variant in ("electra", "tmr-loss_diff"):
+        assert (out / variant / "discriminator" / "config.json").is_file()

@@ -1,0 +1,59 @@
+"""The experiment drivers behind results/ (experiments/): each starts from outside the checkout (its imports of
+`experiments.*` and the integration resolve from any working directory), and the SST-2 summary pairs runs."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments"
+
+
+def test_every_driver_starts_from_another_directory(tmp_path):
+    """`--list` builds every job of the two queue drivers without running one; the others parse `--help`
+    (the summaries would write into results/ otherwise)."""
+    commands = {
+        "regime_search.py": ["--list", "--out", str(tmp_path / "regime")],
+        "reproduce_tmr_cpu.py": ["--list", "--out", str(tmp_path / "reproduce")],
+        "regime_search_summary.py": ["--help"],
+        "reproduce_tmr_summary.py": ["--help"],
+        "prioritized_glue_summary.py": ["--help"],
+        "heldout_auc.py": ["--help"],
+        "probe_discriminator_summary.py": [str(tmp_path / "no-runs")],  # a folder without runs: empty tables
+    }
+    drivers = {p.name for p in EXPERIMENTS.glob("*.py")} - {"__init__.py", "probe_metrics.py", "run_queue.py"}
+    assert drivers == set(commands)  # a new driver gets a line here
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": ""}
+    running = {name: subprocess.Popen([sys.executable, str(EXPERIMENTS / name), *argv], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for name, argv in commands.items()}
+    outputs = {}
+    for name, process in running.items():
+        stdout, stderr = process.communicate(timeout=300)
+        assert process.returncode == 0, f"{name}: {stderr[-2000:]}"
+        outputs[name] = stdout
+    assert f"--output-dir {tmp_path / 'regime' / 'docs-5k'}" in outputs["regime_search.py"]  # --out is honoured
+    assert f"--output-dir {tmp_path / 'reproduce' / 'pretrain' / 'reference'}" in outputs["reproduce_tmr_cpu.py"]
+    assert "| run |" in outputs["probe_discriminator_summary.py"]
+    for name in ("regime_search_summary.py", "reproduce_tmr_summary.py", "prioritized_glue_summary.py",
+                 "heldout_auc.py"):
+        assert outputs[name].startswith(f"usage: {name}")
+
+
+def test_glue_summary_pairs_runs_by_seed(tmp_path):
+    spec = importlib.util.spec_from_file_location("summary", EXPERIMENTS / "prioritized_glue_summary.py")
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    base = {"train_examples": 8, "train_examples_total": 80, "subset_seed": 0, "eval_examples": 4, "max_length": 16,
+            "batch_size": 4, "learning_rate": 1e-3, "train_seconds": 1.0, "train_steps": 2}
+    for sampling, accuracies in (("uniform", [0.5, 0.7]), ("prioritized", [0.75, 0.5])):
+        runs = tmp_path / f"{sampling}_e1"
+        runs.mkdir()
+        rows = [{**base, "sampling": sampling, "seed": seed, "accuracy": a} for seed, a in enumerate(accuracies)]
+        (runs / "results_runs.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    text = summary.render(summary.load_rows([tmp_path]), "cmd")
+    assert "| uniform | 60.00 ± 14.14 |" in text and "| prioritized | 62.50 ± 17.68 |" in text
+    assert "| Δ | 2.50 ± 31.82 |" in text  # paired: +25 and -20 points
+    assert "| paired t-test p | 0.93 |" in text
