@@ -12,10 +12,19 @@ import datetime
 import json
 import os
 import platform
+import sys
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import ttest_rel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
+from integrations.electra.common import format_mean_std  # noqa: E402
+
+
+def percent_cell(values) -> str:
+    """Accuracies (fractions) as "mean ± sample std" in percent."""
+    return format_mean_std(values, digits=2, scale=100)
 
 
 def load_rows(run_dirs: list[Path]) -> list[dict]:
@@ -23,12 +32,6 @@ def load_rows(run_dirs: list[Path]) -> list[dict]:
     for path in sorted(p for run_dir in run_dirs for p in run_dir.glob("*_e*/results_runs.jsonl")):
         rows += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return rows
-
-
-def mean_std(values) -> str:
-    values = np.asarray(values, float)
-    spread = values.std(ddof=1) if len(values) > 1 else 0.0
-    return f"{100 * values.mean():.2f} ± {100 * spread:.2f}"
 
 
 def render(rows: list[dict], command: str) -> str:
@@ -51,10 +54,10 @@ def render(rows: list[dict], command: str) -> str:
              "Dev accuracy (%), mean ± sample std over seeds; Δ = prioritized − uniform, paired by seed:", "",
              "| sampling | " + " | ".join(f"{s} steps" for s in steps) + " |", "|---|" + "---|" * len(steps)]
     for sampling in ("uniform", "prioritized"):
-        cells = [mean_std([by[(sampling, s, seed)]["accuracy"] for seed in seeds if (sampling, s, seed) in by])
+        cells = [percent_cell([by[(sampling, s, seed)]["accuracy"] for seed in seeds if (sampling, s, seed) in by])
                  for s in steps]
         lines.append(f"| {sampling} | " + " | ".join(cells) + " |")
-    deltas = [mean_std([by[("prioritized", s, seed)]["accuracy"] - by[("uniform", s, seed)]["accuracy"]
+    deltas = [percent_cell([by[("prioritized", s, seed)]["accuracy"] - by[("uniform", s, seed)]["accuracy"]
                         for seed in seeds if ("prioritized", s, seed) in by and ("uniform", s, seed) in by])
               for s in steps]
     lines.append("| Δ | " + " | ".join(deltas) + " |")

@@ -25,7 +25,8 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
 from experiments.reproduce_tmr_cpu import ABLATIONS, ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS  # noqa: E402
 from experiments.run_queue import REPO  # noqa: E402
-from integrations.electra.finetune.metrics import MAIN_METRIC  # noqa: E402
+from integrations.electra.common import format_mean_std  # noqa: E402
+from integrations.electra.finetune.tasks import GLUE_TASKS as GLUE_TABLE  # noqa: E402
 from integrations.electra.pretrain.metrics import read_metrics  # noqa: E402
 MARKS = (STEPS // 4, STEPS // 2, STEPS)  # 25, 50, 100% of the steps
 THRESHOLD = 0.6  # "has escaped the plateau": held-out AUC this high (the collapsed discriminator sits at 0.5)
@@ -76,15 +77,6 @@ def first_step_over(records: list[dict], threshold: float = THRESHOLD) -> float:
     steps, values = curve(records, "heldout_auc")
     over = np.flatnonzero(values >= threshold)
     return float(steps[over[0]]) if len(over) else float("nan")
-
-
-def mean_std(values: list[float], digits: int = 4) -> str:
-    values = [v for v in values if np.isfinite(v)]
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
 
 
 def paired_difference(arm: dict, base: dict, value, digits: int = 4) -> str:
@@ -179,10 +171,10 @@ def tables(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
              + " | ".join(f"L_D @ {m:,}" for m in MARKS) + f" | mean AUC over training | first step AUC ≥ {THRESHOLD} "
              "| fresh AUC, last 500 steps |", "|---|---|" + "---|" * (2 * len(MARKS) + 3)]
     for arm, seeds in runs.items():
-        cells = [mean_std([at(r, "heldout_auc", m) for r in seeds.values()]) for m in MARKS]
-        cells += [mean_std([at(r, "heldout_loss", m) for r in seeds.values()]) for m in MARKS]
-        cells += [mean_std([auc_area(r) for r in seeds.values()]), mean_std([first_step_over(r) for r in seeds.values()], 0)]
-        cells.append(mean_std([window_mean(r, "replaced_auc_fresh", STEPS - 499, STEPS) for r in seeds.values()]))
+        cells = [format_mean_std([at(r, "heldout_auc", m) for r in seeds.values()]) for m in MARKS]
+        cells += [format_mean_std([at(r, "heldout_loss", m) for r in seeds.values()]) for m in MARKS]
+        cells += [format_mean_std([auc_area(r) for r in seeds.values()]), format_mean_std([first_step_over(r) for r in seeds.values()], 0)]
+        cells.append(format_mean_std([window_mean(r, "replaced_auc_fresh", STEPS - 499, STEPS) for r in seeds.values()]))
         lines.append(f"| {arm} | {len(seeds)} ({', '.join(map(str, sorted(seeds)))}) | " + " | ".join(cells) + " |")
     lines += paired_table(runs, "electra", [arm for arm in runs if arm != "electra"])
     # the ablations and the other weightings against the paper's main variant: what does the weighting add?
@@ -238,7 +230,7 @@ def load_finetuning(out: Path) -> dict[tuple[str, int], dict[int, dict[str, floa
         with open(job / "results_runs.jsonl") as lines:
             rows = [json.loads(line) for line in lines]
         scores.setdefault((arm, int(step)), {})[int(seed)] = {
-            task: 100 * float(np.mean([r[MAIN_METRIC[task]] for r in rows if r["task"] == task]))
+            task: 100 * float(np.mean([r[GLUE_TABLE[task].main_metric] for r in rows if r["task"] == task]))
             for task in GLUE_TASKS if any(r["task"] == task for r in rows)}
     return scores
 
@@ -247,12 +239,11 @@ def majority_scores() -> dict[str, float]:
     """Each task's main dev metric × 100 for always predicting its most common training label, from the GLUE data
     fine-tuning uses (../shared/data/glue); empty without it. STS-B is scored 0: a constant prediction has no rank
     correlation."""
-    from integrations.electra.finetune.cli import _default_data_dir
+    from integrations.electra.finetune.options import default_data_dir
     from integrations.electra.finetune.glue import get_task, load_glue_split
-    from integrations.electra.finetune.metrics import glue_metrics
     from integrations.electra.finetune.sources import DataSource
 
-    glue_dir = _default_data_dir("glue")
+    glue_dir = default_data_dir("glue")
     if glue_dir is None:
         return {}
     source, scores = DataSource(local_dir=Path(glue_dir)), {}
@@ -264,7 +255,7 @@ def majority_scores() -> dict[str, float]:
         train_labels = load_glue_split(task, "train", source)["label"]
         majority = max(set(train_labels), key=train_labels.count)
         dev_labels = load_glue_split(task, "validation", source)["label"]
-        scores[name] = 100 * glue_metrics(name, [majority] * len(dev_labels), dev_labels)[MAIN_METRIC[name]]
+        scores[name] = 100 * task.score([majority] * len(dev_labels), dev_labels)[task.main_metric]
     return scores
 
 
@@ -289,8 +280,8 @@ def finetune_tables(scores: dict[tuple[str, int], dict[int, dict[str, float]]]) 
                      + " | ".join(f"{majority[t]:.1f}" for t in GLUE_TASKS) + f" | {average(majority):.1f} |")
     for (arm, step), seeds in sorted(scores.items(), key=lambda item: ((*ARMS, *EXTRA_ARMS, *ABLATIONS).index(item[0][0]),
                                                                          item[0][1])):
-        cells = [mean_std([seeds[s].get(t, float("nan")) for s in seeds], 1) for t in GLUE_TASKS]
-        cells.append(mean_std([average(seeds[s]) for s in seeds], 1))
+        cells = [format_mean_std([seeds[s].get(t, float("nan")) for s in seeds], 1) for t in GLUE_TASKS]
+        cells.append(format_mean_std([average(seeds[s]) for s in seeds], 1))
         lines.append(f"| {arm} | {step:,} | {len(seeds)} | " + " | ".join(cells) + " |")
     lines += ["", "Paired difference TMR − ELECTRA (same pretraining seed), per task and of the 5-task average, mean "
               "[bootstrap 95% CI] (n, paired t-test p):", "",

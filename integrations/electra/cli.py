@@ -21,6 +21,7 @@ import sys
 import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 # torch already uses the cores; a second, multi-threaded BLAS pool (numpy's OpenBLAS, used by the LSR/LinUCB
@@ -28,94 +29,88 @@ from pathlib import Path
 # numpy, so that every entry point (replayloader-tmr, python -m, examples/electra_tmr.py) gets it.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_GLUE_DIR = REPO_ROOT.parent / "shared" / "data" / "glue"
+from .common import (OptionParser, OptionSet, ProcessOptions, UserError, add_command,  # noqa: E402
+                     apply_process_options, option, options_from, report_user_error, typed_options)
+from .pretrain.config import DEFAULT_OUTPUT  # noqa: E402
+
 COMPARE_VARIANTS = ("electra", "tmr-loss_diff")
 METRIC_KEYS = ("accuracy", "f1", "mcc", "spearman", "pearson")
 TINY_FINETUNE_LR = {"tiny": 1e-3}  # a 64-wide model needs a larger step than ELECTRA-Small's 3e-4
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a usage error as a single line instead of usage text + error."""
+@dataclass
+class CompareOptions:
+    """What ``compare`` runs besides the pretraining options it shares with ``pretrain``."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+    output_dir: str = option(DEFAULT_OUTPUT, "where the runs and the comparison are written", "compare")
+    variants: list[str] = option(help="variants to compare", group="compare",
+                                 default_factory=lambda: list(COMPARE_VARIANTS))
+    glue_task: str = option("sst2", "GLUE task for the fine-tuning check", "compare")
+    finetune: bool = option(True, "fine-tune each discriminator on --glue-task (--no-finetune: skip)", "compare")
+
+
+# compare's fine-tune is a quick check, not a benchmark: one seed on a subset (every other --finetune-X flag
+# keeps the finetune command's default)
+COMPARE_FINETUNE_DEFAULTS = {"max_train_examples": 8000, "seeds": [0]}
+
+
+def _compare_finetune_sets() -> list[OptionSet]:
+    """The finetune command's ``--glue-dir``, and its subset, training and input options as ``--finetune-X``."""
+    try:
+        from .finetune.options import DataOptions, GlueOptions, SubsetOptions, TrainingOptions
+    except ImportError:  # no fine-tuning here: compare says so
+        return []
+    return [OptionSet(DataOptions, skip=("squad_dir",)), OptionSet(SubsetOptions, "finetune_", COMPARE_FINETUNE_DEFAULTS),
+            OptionSet(TrainingOptions, "finetune_", skip=("progress",)), OptionSet(GlueOptions, "finetune_")]
+
+
+@dataclass
+class ExportOptions:
+    checkpoint: str = option(help="a step directory, or a run directory (its latest checkpoint)")
+    output_dir: str = option(help="where discriminator/ and generator/ are written")
 
 
 # ----------------------------------------------------------------------------- arguments
-def _add_training_arguments(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    """Every `PretrainConfig` option (minus ``skip``), plus the process-wide ``--threads``."""
-    from .common import add_dataclass_arguments
-    from .pretrain import PretrainConfig
-
-    add_dataclass_arguments(parser, PretrainConfig, skip)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's; 1 is faster when other jobs share a small machine)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    from .pretrain.config import DEFAULT_OUTPUT
-
-    parser = OneLineParser(prog="electra_tmr", description="ELECTRA and TMR (memory replay) pretraining on "
-                           "replayloader. With no arguments: compare ELECTRA and TMR(loss_diff) on a tiny model.")
-    sub = parser.add_subparsers(dest="command", parser_class=OneLineParser)
-    compare = sub.add_parser("compare", help="pretrain several variants on the same data and steps, fine-tune, "
-                             "and write a side-by-side summary (the default)")
-    _add_training_arguments(compare, skip=("variant", "resume", "output_dir"))
-    compare.add_argument("--output-dir", dest="root", default=DEFAULT_OUTPUT,
-                         help=f"where the runs and the comparison are written (default {DEFAULT_OUTPUT})")
-    compare.add_argument("--variants", nargs="+", default=list(COMPARE_VARIANTS), help="variants to compare")
-    compare.add_argument("--glue-dir", default=str(DEFAULT_GLUE_DIR) if DEFAULT_GLUE_DIR.is_dir() else None,
-                         help="GLUE data (official glue_data layout; default ../shared/data/glue when present)")
-    compare.add_argument("--glue-task", default="sst2", help="GLUE task for the fine-tuning check (default sst2)")
-    compare.add_argument("--finetune-train-examples", type=int, default=8000, help="training subset (default 8000)")
-    compare.add_argument("--finetune-lr", type=float, default=None,
-                         help="fine-tuning learning rate (default: "
-                              + ", ".join(f"{lr} for the {name} preset" for name, lr in TINY_FINETUNE_LR.items())
-                              + ", else the fine-tuning preset's)")
-    compare.add_argument("--finetune-eval-examples", type=int, default=None, help="dev subset (default: all)")
-    compare.add_argument("--finetune-seeds", type=int, nargs="+", default=[0], help="fine-tuning seeds (default 0)")
-    compare.add_argument("--no-finetune", action="store_true", help="skip fine-tuning")
-    compare.set_defaults(func=run_compare)
-
-    pretrain = sub.add_parser("pretrain", help="pretrain one variant (ELECTRA or a TMR strategy)")
-    _add_training_arguments(pretrain)
-    pretrain.set_defaults(func=run_pretrain)
-
-    heldout = sub.add_parser("heldout", help="corrupt held-out text once with a reference generator, for "
-                             "pretraining's --heldout (the same test inputs for every run)")
-    from .common import add_dataclass_arguments
+    from .pretrain import PretrainConfig
     from .pretrain.heldout import HeldoutConfig
 
-    add_dataclass_arguments(heldout, HeldoutConfig)
+    parser = OptionParser(prog="electra_tmr", description="ELECTRA and TMR (memory replay) pretraining on "
+                          "replayloader. With no arguments: compare ELECTRA and TMR(loss_diff) on a tiny model.")
+    sub = parser.add_subparsers(dest="command", parser_class=OptionParser)
+    compare = add_command(sub, "compare", [OptionSet(PretrainConfig, skip=("variant", "resume", "output_dir")),
+                                           CompareOptions, *_compare_finetune_sets(), ProcessOptions],
+                          help="pretrain several variants on the same data and steps, fine-tune, and write a "
+                               "side-by-side summary (the default)")
+    compare.set_defaults(func=run_compare)
+    pretrain = add_command(sub, "pretrain", [PretrainConfig, ProcessOptions],
+                           help="pretrain one variant (ELECTRA or a TMR strategy)")
+    pretrain.set_defaults(func=run_pretrain)
+    heldout = add_command(sub, "heldout", [HeldoutConfig, ProcessOptions],
+                          help="corrupt held-out text once with a reference generator, for pretraining's "
+                               "--heldout (the same test inputs for every run)")
     heldout.set_defaults(func=run_heldout)
-
-    export = sub.add_parser("export", help="Hugging Face discriminator/ and generator/ directories from any "
-                            "pretraining checkpoint (to fine-tune from part-way through a run)")
-    export.add_argument("--checkpoint", required=True, help="a step directory, or a run directory (its latest)")
-    export.add_argument("--output-dir", required=True, help="where discriminator/ and generator/ are written")
+    export = add_command(sub, "export", [ExportOptions], help="Hugging Face discriminator/ and generator/ "
+                         "directories from any pretraining checkpoint (to fine-tune from part-way through a run)")
     export.set_defaults(func=run_export)
 
     try:
         from .finetune.cli import add_finetune_subparser
     except ImportError as exc:
         missing = sub.add_parser("finetune", help="(unavailable) fine-tune checkpoints on GLUE / SQuAD")
-        missing.set_defaults(func=lambda args: _finetune_unavailable(exc))
+        missing.set_defaults(func=lambda args, error=exc: _finetune_unavailable(error))
     else:
         add_finetune_subparser(sub)
     return parser
 
 
 def _finetune_unavailable(exc: Exception) -> int:
-    from .common import UserError
-
     raise UserError(f"the finetune subcommand is not available ({exc})")
 
 
 # ----------------------------------------------------------------------------- commands
 def pretrain_config(args: argparse.Namespace, **fixed):
     """The run's config from exactly the typed flags: on ``--resume``, the saved config updated with them."""
-    from .common import typed_options
     from .pretrain import PretrainConfig, resume_config
 
     typed = {**typed_options(args, PretrainConfig), **fixed}
@@ -127,16 +122,16 @@ def run_pretrain(args: argparse.Namespace) -> int:
     from .pretrain import pretrain
 
     result = pretrain(pretrain_config(args))
-    print(json.dumps(result.summary, indent=1))
-    print(f"wrote {result.output_dir} (metrics.jsonl, losses.png, checkpoints/, discriminator/)")
+    if result.is_main:  # under torchrun, rank 0 alone speaks
+        print(json.dumps(result.summary, indent=1))
+        print(f"wrote {result.output_dir} (metrics.jsonl, losses.png, checkpoints/, discriminator/)")
     return 0
 
 
 def run_heldout(args: argparse.Namespace) -> int:
-    from .common import typed_options
     from .pretrain.heldout import HeldoutConfig, make_heldout
 
-    config = HeldoutConfig(**typed_options(args, HeldoutConfig))
+    config = options_from(args, HeldoutConfig)
     made = make_heldout(config)
     print(json.dumps({"output": config.output, "examples": len(made), "replaced_share": made.replaced_share,
                       **made.info}, indent=1))
@@ -146,51 +141,68 @@ def run_heldout(args: argparse.Namespace) -> int:
 def run_export(args: argparse.Namespace) -> int:
     from .pretrain.export import export_checkpoint
 
-    print(f"wrote {export_checkpoint(args.checkpoint, args.output_dir)} and its generator")
+    options = options_from(args, ExportOptions)
+    print(f"wrote {export_checkpoint(options.checkpoint, options.output_dir)} and its generator")
     return 0
+
+
+def finetune_skip_reason(options: CompareOptions, glue_dir: str | None) -> str | None:
+    """Why compare will not fine-tune (None: it will), in words that say how to get the data."""
+    if not options.finetune:
+        return "fine-tuning skipped (--no-finetune)"
+    if not _compare_finetune_sets():
+        return "fine-tuning skipped: the finetune package is not available here"
+    if glue_dir is None:
+        return ("fine-tuning skipped: no GLUE data found (../shared/data/glue beside this checkout does not exist); "
+                "pass --glue-dir DIR with the official glue_data layout (e.g. --glue-dir ../shared/data/glue), or "
+                "--glue-dir hub to download nyu-mll/glue when online")
+    if glue_dir != "hub" and not glue_dir.startswith("hf:") and not Path(glue_dir).is_dir():
+        return (f"fine-tuning skipped: no GLUE data found (--glue-dir {glue_dir} is not a directory); pass a "
+                "glue_data directory, or --glue-dir hub when online")
+    return None
 
 
 def run_compare(args: argparse.Namespace) -> int:
     """Pretrain each variant with the same settings, fine-tune their discriminators, write summary.md."""
-    from .common import UserError
     from .pretrain import VARIANTS, plot_metrics, pretrain, read_metrics
 
-    unknown = [v for v in args.variants if v not in VARIANTS]
+    options = options_from(args, CompareOptions)
+    unknown = [v for v in options.variants if v not in VARIANTS]
     if unknown:
         raise UserError(f"unknown variant {unknown[0]!r}; choose from {', '.join(VARIANTS)}")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UserError("compare runs in one process (it also fine-tunes); under torchrun use the pretrain command")
+    finetune_sets = _compare_finetune_sets()
+    glue_dir = finetune_sets[0].parsed(args).glue_dir if finetune_sets else None
+    skipped = finetune_skip_reason(options, glue_dir)
+    if skipped:  # said before the long part, and again in summary.md
+        print(skipped, flush=True)
     started = time.perf_counter()
-    root = Path(args.root)
+    root = Path(options.output_dir)
     results = {}
-    for variant in args.variants:
+    for variant in options.variants:
         config = pretrain_config(args, variant=variant, output_dir=str(root / variant))
         print(f"== pretraining {variant} ({config.preset}) ==", flush=True)
         results[variant] = pretrain(config)
     plot_metrics({v: read_metrics(r.metrics_path) for v, r in results.items()}, root / "compare.png")
     pretrain_seconds = time.perf_counter() - started
 
-    finetune_rows, finetune_note = [], ""
-    if args.no_finetune:
-        finetune_note = "fine-tuning skipped (--no-finetune)"
-    elif not args.glue_dir or not Path(args.glue_dir).is_dir():
-        finetune_note = (f"fine-tuning skipped: no GLUE data found (looked for "
-                         f"{args.glue_dir or DEFAULT_GLUE_DIR}; pass --glue-dir)")
-    else:
-        try:
-            from .finetune.api import finetune_glue_task
-        except ImportError as exc:
-            finetune_note = f"fine-tuning skipped: the finetune package is not available ({exc})"
-        else:
-            preset = next(iter(results.values())).config.preset
-            finetune_lr = args.finetune_lr if args.finetune_lr is not None else TINY_FINETUNE_LR.get(preset)
-            print(f"== fine-tuning on {args.glue_task} ==", flush=True)
-            finetune_rows = finetune_glue_task(
-                {v: r.discriminator_dir for v, r in results.items()}, args.glue_task, args.glue_dir,
-                args.finetune_train_examples, args.finetune_eval_examples, list(args.finetune_seeds),
-                str(root / "finetune"), learning_rate=finetune_lr)
+    finetune_rows = []
+    if not skipped:
+        from dataclasses import asdict
+
+        from .finetune.api import finetune_glue_task
+
+        subset, training, glue = (option_set.parsed(args) for option_set in finetune_sets[1:])
+        if training.learning_rate is None:
+            training.learning_rate = TINY_FINETUNE_LR.get(next(iter(results.values())).config.preset)
+        print(f"== fine-tuning on {options.glue_task} ==", flush=True)
+        finetune_rows = finetune_glue_task(
+            {v: r.discriminator_dir for v, r in results.items()}, options.glue_task, glue_dir,
+            subset.max_train_examples, subset.max_eval_examples, subset.seeds, str(root / "finetune"),
+            subset_seed=subset.subset_seed, **asdict(training), **asdict(glue))
     total_seconds = time.perf_counter() - started
-    markdown = comparison_markdown(results, finetune_rows, finetune_note, args.glue_task, pretrain_seconds,
+    markdown = comparison_markdown(results, finetune_rows, skipped or "", options.glue_task, pretrain_seconds,
                                    total_seconds)
     (root / "summary.md").write_text(markdown)
     print(markdown)
@@ -254,8 +266,6 @@ def comparison_markdown(results: dict, finetune_rows: list[dict], finetune_note:
 # ----------------------------------------------------------------------------- entry point
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run, and turn user errors into one ``error:`` line (exit status 2)."""
-    from .common import UserError, report_user_error
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["compare", *argv]
@@ -264,12 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().print_help()
         return 2
     try:
-        if getattr(args, "threads", None) is not None:
-            if args.threads < 1:
-                raise UserError(f"--threads must be >= 1, got {args.threads}")
-            import torch
-
-            torch.set_num_threads(args.threads)
+        apply_process_options(options_from(args, ProcessOptions))
         with warnings.catch_warnings():
             warnings.simplefilter("default")
             return int(args.func(args) or 0)

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import os
 import random
 import sys
-from dataclasses import MISSING, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields, make_dataclass
+from typing import NoReturn, get_args, get_origin, get_type_hints
 
 import numpy as np
 import torch
+from transformers import HfArgumentParser
 
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -62,42 +66,194 @@ def set_seed(seed: int) -> None:
 
 
 # ----------------------------------------------------------------------------- options declared once
-def option(default, help: str, group: str, flag: str | None = None):
-    """A dataclass field that also describes its command-line flag (see `add_dataclass_arguments`)."""
-    return field(default=default, metadata={"help": help, "group": group, "flag": flag})
+NONE_WORDS = ("none", "default")  # `--eviction none`: an optional option back to None (its default meaning)
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """One flag per `option` field of ``cls``: ``--field-name`` (or its ``flag``), typed from the annotation.
+def option(default=MISSING, help: str = "", group: str | None = None, *, aliases: Sequence[str] = (),
+           choices: Sequence | None = None, default_factory=MISSING):
+    """A dataclass field that is also a command-line flag: `OptionParser` makes ``--name`` / ``--name-with-dashes``
+    from it (plus ``aliases``), typed from the annotation; ``group`` titles its section of ``--help``."""
+    metadata: dict = {"help": help}
+    if group:
+        metadata["group"] = group
+    if aliases:
+        metadata["aliases"] = list(aliases)
+    if choices is not None:
+        metadata["choices"] = list(choices)
+    return field(default=default, default_factory=default_factory, metadata=metadata)
 
-    Defaults are not put in the namespace (``argparse.SUPPRESS``): after parsing it holds exactly the flags the
-    user typed, so a typed value equal to the default is still known to be typed (see `typed_options`).
-    A bool field that defaults to True becomes ``--no-NAME``.
+
+@dataclass(frozen=True)
+class OptionSet:
+    """The option fields of ``cls`` as flags for one command: ``skip`` left out, each name under ``prefix``
+    (``finetune_`` turns ``--lr`` into ``--finetune-lr``), ``defaults`` replacing some defaults. One declaration
+    then serves a second command that needs other defaults (``compare``'s small fine-tune)."""
+
+    cls: type
+    prefix: str = ""
+    defaults: Mapping = field(default_factory=dict)
+    skip: tuple[str, ...] = ()
+
+    def parsed(self, namespace: argparse.Namespace, **fixed):
+        """An instance of ``cls`` from a parsed namespace: the typed flags, then ``fixed``, then this set's
+        defaults, then the dataclass's."""
+        defaults = {name: copy.copy(value) for name, value in self.defaults.items()}
+        return self.cls(**{**defaults, **typed_options(namespace, self.cls, self.prefix), **fixed})
+
+    def sections(self) -> list[type]:
+        """One dataclass per help group, the form `HfArgumentParser` takes sections in (``_argument_group_name``);
+        keyword-only, so required and defaulted fields mix freely."""
+        hints = get_type_hints(self.cls)
+        dashed = self.prefix.replace("_", "-")
+        sections: dict[str | None, list] = {}
+        for f in fields(self.cls):
+            if f.name in self.skip or not f.init or "help" not in f.metadata:
+                continue
+            metadata = {k: v for k, v in f.metadata.items() if k != "group"}  # add_argument's keywords
+            metadata["aliases"] = ["--" + dashed + alias[2:] for alias in metadata.get("aliases", ())]
+            if get_origin(hints[f.name]) is list:  # a repeated flag adds to the list: --checkpoint A --checkpoint B
+                metadata["action"] = "extend"
+            if f.name in self.defaults:
+                value = self.defaults[f.name]
+                spec = field(default_factory=lambda v=value: copy.copy(v), metadata=metadata)
+            else:
+                spec = field(default=f.default, default_factory=f.default_factory, metadata=metadata)
+            sections.setdefault(f.metadata.get("group"), []).append((self.prefix + f.name, hints[f.name], spec))
+        return [make_dataclass(f"{self.cls.__name__}Flags{i}", specs, kw_only=True,
+                               namespace={"_argument_group_name": title} if title else {})
+                for i, (title, specs) in enumerate(sections.items())]
+
+
+class OptionParser(HfArgumentParser):
+    """`transformers.HfArgumentParser` over option dataclasses, with three additions every command needs.
+
+    - A bool option is settable both ways: ``--compile`` / ``--compile false`` / ``--no-compile`` (and
+      ``--no_compile``), whatever its default, so a resumed run can undo a saved ``--compile``.
+    - An optional option (``X | None``) takes ``none`` or ``default`` for None: ``--eviction none`` undoes a
+      saved ``--eviction fifo``.
+    - Defaults stay out of the parsed namespace (``--help`` shows them): after parsing it holds exactly the
+      options the user typed, so a typed value equal to the default still counts (see `typed_options`).
+
+    A usage error is one line. ``dataclass_types`` are option dataclasses or `OptionSet` objects; every field with
+    help text becomes ``--name`` and ``--name-with-dashes`` (plus its ``aliases``).
     """
-    groups: dict[str, argparse._ArgumentGroup] = {}
-    for f in fields(cls):
-        if f.name in skip or "help" not in f.metadata:
-            continue
-        meta = f.metadata
-        if meta["group"] not in groups:
-            groups[meta["group"]] = parser.add_argument_group(meta["group"])
-        group = groups[meta["group"]]
-        default = None if f.default is MISSING else f.default
-        kind = str(f.type).split("|")[0].strip()
-        if kind == "bool":
-            flag = meta["flag"] or ("--no-" if default else "--") + f.name.replace("_", "-")
-            group.add_argument(flag, dest=f.name, action="store_false" if default else "store_true",
-                               default=argparse.SUPPRESS, help=meta["help"])
-            continue
-        suffix = f" (default {default})" if default is not None and "default" not in meta["help"] else ""
-        group.add_argument(meta["flag"] or "--" + f.name.replace("_", "-"), dest=f.name,
-                           type={"int": int, "float": float}.get(kind, str), default=argparse.SUPPRESS,
-                           metavar=f.name.upper(), help=meta["help"] + suffix)
+
+    def __init__(self, dataclass_types: Sequence[type | OptionSet] = (), **kwargs) -> None:
+        sections = [section for spec in dataclass_types
+                    for section in (spec if isinstance(spec, OptionSet) else OptionSet(spec)).sections()]
+        super().__init__(sections, **kwargs)
+        declared = {f.name: (f, get_type_hints(section)[f.name]) for section in sections for f in fields(section)}
+        for action in list(self._actions):
+            if action.dest not in declared or action.option_strings[0].startswith("--no_"):
+                continue
+            spec, hint = declared[action.dest]
+            default = spec.default_factory() if spec.default_factory is not MISSING else spec.default
+            if hint is bool and default is False:  # HfArgumentParser adds --no-X only for a True default
+                group = next(g for g in self._action_groups if action in g._group_actions)
+                group.add_argument(f"--no_{spec.name}", f"--no-{spec.name.replace('_', '-')}", action="store_false",
+                                   dest=spec.name, help=f"undo --{spec.name.replace('_', '-')}")
+            elif type(None) in get_args(hint) and action.type is not None:
+                action.type = _none_or(action.type)
+                if action.choices is not None:
+                    action.choices = [*action.choices, None]
+            if default not in (MISSING, None) and action.help and "(default" not in action.help:
+                shown = " ".join(map(str, default)) if isinstance(default, list) else default
+                action.help += f" (default: {shown})"
+        for action in self._actions:  # the namespace holds the typed options only
+            if action.dest in declared:
+                action.default = argparse.SUPPRESS
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
-def typed_options(namespace: argparse.Namespace, cls: type) -> dict:
-    """The dataclass fields the user typed on the command line (those `add_dataclass_arguments` put there)."""
-    return {f.name: getattr(namespace, f.name) for f in fields(cls) if hasattr(namespace, f.name)}
+def add_command(subparsers: argparse._SubParsersAction, name: str,
+                dataclass_types: Sequence[type | OptionSet] = (), **kwargs) -> OptionParser:
+    """``subparsers.add_parser(name, ...)`` as an `OptionParser` over ``dataclass_types``, whatever parser class
+    the parent command line uses (so a plain argparse program can take our commands)."""
+    chosen = subparsers._parser_class
+    subparsers._parser_class = OptionParser
+    try:
+        return subparsers.add_parser(name, dataclass_types=dataclass_types, **kwargs)
+    finally:
+        subparsers._parser_class = chosen
+
+
+def _none_or(convert):
+    """``convert``, except that `NONE_WORDS` give None (an optional option back to its default meaning)."""
+    def parse(text: str):
+        return None if text.lower() in NONE_WORDS else convert(text)
+
+    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names the type in "invalid int value"
+    return parse
+
+
+def typed_options(namespace: argparse.Namespace, cls: type, prefix: str = "") -> dict:
+    """The fields of ``cls`` the user typed (as ``--PREFIXname``); an `OptionParser` namespace holds no others."""
+    return {f.name: getattr(namespace, prefix + f.name) for f in fields(cls) if hasattr(namespace, prefix + f.name)}
+
+
+def options_from(namespace: argparse.Namespace, cls: type, **fixed):
+    """An instance of ``cls``: the typed options, ``fixed`` on top, the dataclass defaults for the rest."""
+    return OptionSet(cls).parsed(namespace, **fixed)
+
+
+@dataclass
+class ProcessOptions:
+    """Process-wide settings every command takes (declared once; applied by `apply_process_options`)."""
+
+    threads: int | None = option(1, "torch CPU threads; none: torch's choice, one per core. 1 keeps a step "
+                                    "fast when other jobs share a small machine (results/threads.md)", "process")
+
+
+def apply_process_options(options: ProcessOptions) -> None:
+    """Validate and apply `ProcessOptions` (a bad value is a `UserError` naming the flag)."""
+    if options.threads is not None:
+        if options.threads < 1:
+            raise UserError(f"--threads must be >= 1 (or none), got {options.threads}")
+        torch.set_num_threads(options.threads)
+
+
+# ----------------------------------------------------------------------------- numbers shared by reports
+def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (None for a single value); the one place tables get their spread."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.size < 2:
+        return float(values.mean()), None
+    return float(values.mean()), float(values.std(ddof=1))
+
+
+def format_mean_std(values: Sequence[float], digits: int = 3, scale: float = 1.0) -> str:
+    """A table cell: "mean ± sample std" of the finite values times ``scale`` (just the mean for one value, "–"
+    for none)."""
+    finite = [scale * v for v in values if v is not None and np.isfinite(v)]
+    if not finite:
+        return "–"
+    mean, std = mean_std(finite)
+    return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+# ----------------------------------------------------------------------------- mixed precision
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Autocast:
+    """Autocast for one run, as a callable giving a fresh context each time (pretraining and fine-tuning).
+
+    ``amp`` ("none", "bf16" or "fp16") applies on CUDA only; CPU runs float32. A disabled
+    ``torch.autocast(enabled=False)`` is a no-op, so callers take no branch.
+    """
+
+    device_type: str
+    dtype: torch.dtype | None  # None: off; fp16 also needs loss scaling (see `pretrain.loop`)
+
+    @classmethod
+    def choose(cls, device: torch.device, amp: str) -> Autocast:
+        return cls(device.type, AMP_DTYPES[amp] if device.type == "cuda" else None)
+
+    def __call__(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(self.device_type, dtype=self.dtype or torch.bfloat16, enabled=self.dtype is not None)
 
 
 def spearman(x, y) -> float:

@@ -138,11 +138,11 @@ def test_fine_tuning_loads_the_discriminator_of_a_distributed_run(two_rank_runs)
     assert encoder(**encoded).last_hidden_state.shape[:2] == encoded["input_ids"].shape
 
 
-def torchrun(args: list[str]) -> subprocess.Popen:
+def torchrun(args: list[str], stdout=subprocess.DEVNULL) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                              "--monitor-interval=0.2", str(ROOT / "examples" / "electra_tmr.py"), "pretrain",
-                             "--threads", "1", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             "--threads", "1", *args], env=env, stdout=stdout, stderr=subprocess.PIPE,
                             start_new_session=True)
 
 
@@ -198,9 +198,11 @@ def test_a_killed_rank_ends_the_job_and_resume_continues_it_exactly(two_rank_run
             os.killpg(job.pid, signal.SIGKILL)
     assert read_metrics(tmp_path / "killed" / "metrics.jsonl")[-1]["step"] < STEPS  # it really stopped early
 
-    resumed = torchrun(["--resume", settings["output_dir"], "--no-progress"])
-    _, errors = resumed.communicate(timeout=300)
+    resumed = torchrun(["--resume", settings["output_dir"], "--no-progress"], stdout=subprocess.PIPE)
+    output, errors = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, errors.decode()[-2000:]
+    printed = output.decode().splitlines()
+    assert sum(line.startswith("wrote ") for line in printed) == 1 and "{}" not in printed  # rank 0 alone speaks
     expected = read_metrics(two_rank_runs["root"] / "tmr" / "metrics.jsonl")
     got = read_metrics(tmp_path / "killed" / "metrics.jsonl")
     for key in ("generator_loss", "discriminator_loss", "loss", "sample_age_mean", "buffer_weight_mean"):

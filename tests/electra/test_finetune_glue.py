@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from integrations.electra.common import UserError
+from integrations.electra.common import UserError, options_from
 from integrations.electra.finetune.api import finetune_glue, finetune_glue_task, glue_table, render_markdown
 from integrations.electra.finetune.cli import add_finetune_subparser
 from integrations.electra.finetune.glue import (check_local_files, GLUE_TASKS, load_glue_split, read_glue_tsv,
                                                 seeded_subset)
+from integrations.electra.finetune.options import DataOptions, GlueOptions, SquadOptions, SubsetOptions, TrainingOptions
 from integrations.electra.finetune.sources import DataSource, resolve_data_source
-from integrations.electra.finetune.training import FinetuneConfig, layerwise_parameter_groups, resolve_config
+from integrations.electra.finetune.training import layerwise_parameter_groups, resolve_config
 from tests.electra.tiny_checkpoint import build_tiny_checkpoint
 from transformers import get_linear_schedule_with_warmup
 
@@ -190,7 +191,7 @@ def test_layerwise_learning_rates_follow_electra():
     encoder = ElectraModel(ElectraConfig(vocab_size=50, embedding_size=16, hidden_size=16, num_hidden_layers=2,
                                          num_attention_heads=2, intermediate_size=32))
     head = torch.nn.Linear(16, 2)
-    groups = layerwise_parameter_groups(encoder, head, 2, FinetuneConfig(learning_rate=1.0, layer_decay=0.8))
+    groups = layerwise_parameter_groups(encoder, head, 2, resolve_config(16, 3, learning_rate=1.0, layer_decay=0.8))
     lr_of = {id(p): g["lr"] for g in groups for p in g["params"]}
     wd_of = {id(p): g["weight_decay"] for g in groups for p in g["params"]}
     named = dict(encoder.named_parameters())
@@ -223,8 +224,12 @@ def test_presets_and_task_epochs():
     assert (large.learning_rate, large.layer_decay) == (5e-5, 0.9)
     assert resolve_config(256, 3, learning_rate=1e-3, epochs=1, batch_size=8).batch_size == 8
     assert GLUE_TASKS["rte"].epochs == GLUE_TASKS["stsb"].epochs == 10 and GLUE_TASKS["sst2"].epochs == 3
-    with pytest.raises(UserError):
+    with pytest.raises(UserError, match="--preset 'huge'"):
         resolve_config(256, 3, preset="huge")
+    with pytest.raises(UserError, match="--batch-size must be > 0, got 0"):
+        resolve_config(256, 3, batch_size=0)
+    with pytest.raises(TypeError, match="batchsize"):  # a misspelt keyword is not silently ignored
+        finetune_glue_task({"x": "x"}, "sst2", None, None, None, [0], "out", batchsize=8)
 
 
 # ---------------------------------------------------------------------------- tables
@@ -338,11 +343,17 @@ def test_cli_runs_a_task(tmp_path, synthetic_glue, checkpoint, capsys):
     assert (tmp_path / "results_glue.csv").is_file()
 
 
-def test_cli_defaults():
+def test_cli_defaults_come_from_the_option_dataclasses():
     args = _parser().parse_args(["finetune", "--checkpoint", "d", "--task", "glue"])
-    assert args.seeds == [0, 1, 2] and args.lr is None and args.max_length == 128 and args.doc_stride == 128
+    data, subset, training, glue, squad = (options_from(args, cls) for cls in (DataOptions, SubsetOptions,
+                                                                               TrainingOptions, GlueOptions,
+                                                                               SquadOptions))
+    assert subset.seeds == [0, 1, 2] and training.learning_rate is None and training.batch_size == 32
+    assert glue.max_length == 128 and squad.doc_stride == 128
     if SHARED_GLUE.is_dir():
-        assert Path(args.glue_dir) == SHARED_GLUE
+        assert Path(data.glue_dir) == SHARED_GLUE
+    repeated = _parser().parse_args(["finetune", "--checkpoint", "a=x", "--checkpoint", "b=y", "z", "--task", "sst2"])
+    assert repeated.checkpoint == ["a=x", "b=y", "z"]  # a repeated flag adds to the list
 
 
 @pytest.mark.parametrize(
@@ -368,7 +379,8 @@ def test_prioritized_sampling_flag_trains_through_the_sampler(tmp_path, syntheti
     args = _parser().parse_args(["finetune", "--checkpoint", str(checkpoint), "--task", "sst2", "--sampling",
                                  "prioritized", "--glue-dir", str(synthetic_glue)])
     assert args.sampling == "prioritized"
-    assert _parser().parse_args(["finetune", "--checkpoint", "x", "--task", "sst2"]).sampling == "uniform"
+    untyped = _parser().parse_args(["finetune", "--checkpoint", "x", "--task", "sst2"])
+    assert options_from(untyped, TrainingOptions).sampling == "uniform"
     rows = finetune_glue_task({"tiny": str(checkpoint)}, "sst2", str(synthetic_glue), None, None, [0],
                               str(tmp_path / "out"), epochs=25, sampling="prioritized", **FAST)
     (row,) = rows

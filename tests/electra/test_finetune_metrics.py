@@ -9,13 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from integrations.electra.finetune.metrics import (
-    GLUE_TASKS_IN_TABLE_ORDER,
     accuracy,
     average_ranks,
     exact_match,
     f1_positive_class,
-    glue_average,
-    glue_metrics,
     matthews_corrcoef,
     normalize_answer,
     pearson,
@@ -23,6 +20,11 @@ from integrations.electra.finetune.metrics import (
     squad_v1_scores,
     token_f1,
 )
+from integrations.electra.finetune.tasks import GLUE_EIGHT, GLUE_TASKS, GlueTask, glue_average
+
+
+def glue_metrics(task: str, predictions, labels) -> dict[str, float]:
+    return GLUE_TASKS[task].score(predictions, labels)
 
 
 def test_accuracy():
@@ -82,8 +84,23 @@ def test_glue_metric_names_per_task():
         assert set(glue_metrics(task, [1, 0], [1, 0])) == {"accuracy"}
 
 
+def test_the_task_table_is_in_table_order_and_a_task_without_known_metrics_fails_where_it_is_defined():
+    assert GLUE_EIGHT == ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")  # the paper's Table 1
+    assert list(GLUE_TASKS) == [*GLUE_EIGHT, "wnli"] and not GLUE_TASKS["wnli"].averaged
+    assert {t: task.main_metric for t, task in GLUE_TASKS.items() if task.main_metric != "accuracy"} == {
+        "cola": "mcc", "stsb": "spearman"}
+    sst2 = GLUE_TASKS["sst2"]
+    fields = dict(name="new", table_name="NEW", local_dir="NEW", text_columns=("sentence",), num_labels=2,
+                  eval_splits=sst2.eval_splits, local_text_sources=("sentence",), local_label_source="label",
+                  local_label_map={"0": 0, "1": 1})
+    with pytest.raises(ValueError, match="'new': metrics must name at least one"):
+        GlueTask(**fields)
+    with pytest.raises(ValueError, match="'new': metrics must name"):
+        GlueTask(**fields, metrics=("accuracy", "bleu"))
+
+
 def test_glue_average_of_the_eight_without_wnli():
-    scores = {task: 0.1 * (i + 1) for i, task in enumerate(GLUE_TASKS_IN_TABLE_ORDER)}
+    scores = {task: 0.1 * (i + 1) for i, task in enumerate(GLUE_EIGHT)}
     assert glue_average({**scores, "wnli": 0.0}) == pytest.approx(0.45)
     del scores["rte"]
     with pytest.raises(ValueError, match="rte"):
@@ -92,7 +109,7 @@ def test_glue_average_of_the_eight_without_wnli():
 
 def test_paper_table_average_is_reproduced():
     # TMR paper, Table 1, ELECTRA row: the eight scores average to the printed 0.783.
-    electra = dict(zip(GLUE_TASKS_IN_TABLE_ORDER, [0.730, 0.881, 0.836, 0.862, 0.733, 0.832, 0.809, 0.584]))
+    electra = dict(zip(GLUE_EIGHT, [0.730, 0.881, 0.836, 0.862, 0.733, 0.832, 0.809, 0.584]))
     assert round(glue_average(electra), 3) == 0.783
 
 

@@ -17,6 +17,7 @@ from integrations.electra.grad_norms import GhostNorms, loop_grad_norms  # noqa:
 from integrations.electra.models import (PRESETS, build_electra_pair, embeddings_are_shared,  # noqa: E402
                                          with_overrides)
 from integrations.electra.common import UserError  # noqa: E402
+from integrations.electra.finetune.options import default_data_dir  # noqa: E402
 from integrations.electra.pretrain.config import buffer_strategy  # noqa: E402
 from integrations.electra.pretrain import (VARIANTS, PretrainConfig, SpecialIds, choose_masked_positions,  # noqa: E402
                                            corrupt_batch, discriminator_losses, gumbel_max_sample, make_optimizer,
@@ -342,10 +343,12 @@ def test_cli_compare_without_glue_says_fine_tuning_was_skipped(corpus, tmp_path,
     assert status == 0
     summary = (tmp_path / "cmp" / "summary.md").read_text()
     assert "| electra | tmr-loss_diff |" in summary and "fine-tuning skipped" in summary
+    reason = f"fine-tuning skipped: no GLUE data found (--glue-dir {tmp_path / 'no-glue'} is not a directory)"
+    assert capsys.readouterr().out.startswith(reason) and "--glue-dir hub" in summary  # said first, with the fix
     assert (tmp_path / "cmp" / "compare.png").is_file()
 
 
-@pytest.mark.skipif(not cli.DEFAULT_GLUE_DIR.is_dir(), reason="../shared/data/glue is not available")
+@pytest.mark.skipif(default_data_dir("glue") is None, reason="../shared/data/glue is not available")
 def test_cli_compare_fine_tunes_both_discriminators(corpus, tmp_path):
     pytest.importorskip("integrations.electra.finetune.api")
     status = cli.main([*_compare_args(corpus, tmp_path / "cmp"), "--finetune-train-examples", "32",

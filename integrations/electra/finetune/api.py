@@ -15,18 +15,19 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import sys
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from replayloader.atomic import atomic_write_text
 
-from ..common import pick_device, UserError
+from ..common import format_mean_std, mean_std, pick_device, UserError
 from .glue import (check_local_files, encode_glue_split, get_task, GLUE_EIGHT, GLUE_HUB_NAME, GLUE_TASKS,
                    load_glue_split, run_glue_seed, seeded_subset)
-from .metrics import MAIN_METRIC
+from .options import (DEFAULT_OUTPUT_DIR, DEFAULT_SEEDS, GlueOptions, SquadOptions, SubsetOptions, TrainingOptions,
+                      split_options)
 from .sources import check_checkpoint_location, load_checkpoint_tokenizer, load_encoder, resolve_data_source
 from .squad import build_squad_windows, load_squad_split, run_squad_seed, SQUAD_HUB_NAME
 from .training import resolve_config
@@ -85,38 +86,33 @@ def finetune_glue_task(
     data_dir: str | None,
     max_train_examples: int | None,
     max_eval_examples: int | None,
-    seeds: list[int],
+    seeds: Sequence[int],
     output_dir: str,
     *,
-    learning_rate: float | None = None,
-    epochs: float | None = None,
-    batch_size: int | None = None,
-    preset: str | None = None,
-    layer_decay: float | None = None,
-    max_length: int = 128,
-    subset_seed: int = 0,
-    device: str | None = None,
-    amp: bool = False,
-    sampling: str = "uniform",
-    progress: bool = True,
     write_tables: bool = True,
+    **options,
 ) -> list[dict]:
     """Fine-tune every checkpoint on one GLUE task with each seed; score the task's dev set(s).
 
     ``data_dir``: directory in the official ``glue_data`` layout, or None/"hub"/"hf:NAME" for the hub.
     Subsets (``max_*_examples``) are drawn once with ``subset_seed`` and shared by all runs.
-    ``amp``: bf16 autocast, on CUDA only (CPU always runs float32).
+    ``options``: fields of `TrainingOptions` (``learning_rate``, ``epochs``, ``batch_size``, ``preset``,
+    ``layer_decay``, ``sampling``, ``amp``, ``device``, ``progress``), `GlueOptions` (``max_length``) and
+    ``subset_seed``, with the same defaults as the command line's flags.
     """
-    _check_common(checkpoint_dirs, seeds)
+    training, glue, subset = split_options(
+        {**options, "max_train_examples": max_train_examples, "max_eval_examples": max_eval_examples,
+         "seeds": list(seeds)}, TrainingOptions, GlueOptions, SubsetOptions)
+    _check_common(checkpoint_dirs, subset.seeds)
     spec = get_task(task)
     source = resolve_data_source(data_dir, GLUE_HUB_NAME, "GLUE")
     check_local_files(spec, source)
-    log = _stderr if progress else (lambda message: None)
-    torch_device = pick_device(device)
+    log = _stderr if training.progress else (lambda message: None)
+    torch_device = pick_device(training.device)
     train_full = load_glue_split(spec, "train", source)
     eval_full = {split: load_glue_split(spec, split, source) for split in spec.eval_splits}
-    train_data = seeded_subset(train_full, max_train_examples, subset_seed)
-    eval_data = {split: seeded_subset(d, max_eval_examples, subset_seed) for split, d in eval_full.items()}
+    train_data = seeded_subset(train_full, subset.max_train_examples, subset.subset_seed)
+    eval_data = {split: seeded_subset(d, subset.max_eval_examples, subset.subset_seed) for split, d in eval_full.items()}
     counts = {"train_examples": len(train_data), "train_examples_total": len(train_full)}
     for split, (_, suffix) in spec.eval_splits.items():
         counts[f"eval_examples{suffix}"] = len(eval_data[split])
@@ -126,17 +122,15 @@ def finetune_glue_task(
     for name, location in checkpoint_dirs.items():
         tokenizer = load_checkpoint_tokenizer(location)
         encoder = load_encoder(location)
-        length = _fit_length(encoder, max_length, log)
+        length = _fit_length(encoder, glue.max_length, log)
         train_features = encode_glue_split(train_data, spec, tokenizer, length)
         eval_features = {split: encode_glue_split(d, spec, tokenizer, length) for split, d in eval_data.items()}
-        config = resolve_config(encoder.config.hidden_size, spec.epochs, preset=preset, learning_rate=learning_rate,
-                                layer_decay=layer_decay, epochs=epochs, batch_size=batch_size, use_amp=amp,
-                                sampling=sampling)
-        for seed in seeds:
+        config = resolve_config(encoder.config.hidden_size, spec.epochs, torch_device, **asdict(training))
+        for seed in subset.seeds:
             result = run_glue_seed(encoder, spec, train_features, eval_features, tokenizer.pad_token_id, config, seed,
-                                   torch_device, description=f"{name} {task} seed {seed}", progress=progress)
+                                   torch_device, description=f"{name} {task} seed {seed}", progress=training.progress)
             row = {"checkpoint": name, "task": task, "seed": seed, **result.metrics, **counts,
-                   "subset_seed": subset_seed, "data_source": source.describe(), "max_length": length,
+                   "subset_seed": subset.subset_seed, "data_source": source.describe(), "max_length": length,
                    **_training_fields(config, result.stats), "checkpoint_location": location}
             _save_row(row, output)
             rows.append(row)
@@ -153,11 +147,12 @@ def finetune_glue(
     data_dir: str | None = None,
     max_train_examples: int | None = None,
     max_eval_examples: int | None = None,
-    seeds: Sequence[int] = (0, 1, 2),
-    output_dir: str = "runs/finetune",
+    seeds: Sequence[int] = DEFAULT_SEEDS,
+    output_dir: str = DEFAULT_OUTPUT_DIR,
     **options,
 ) -> list[dict]:
-    """Several GLUE tasks (default: the eight of the average) and one combined table."""
+    """Several GLUE tasks (default: the eight of the average) and one combined table; ``options`` as for
+    `finetune_glue_task`."""
     spec_source = resolve_data_source(data_dir, GLUE_HUB_NAME, "GLUE")
     for task in tasks:  # fail on a missing file before hours of training on the other tasks
         check_local_files(get_task(task), spec_source)
@@ -174,36 +169,27 @@ def finetune_squad(
     data_dir: str | None,
     max_train_examples: int | None,
     max_eval_examples: int | None,
-    seeds: list[int],
+    seeds: Sequence[int],
     output_dir: str,
     *,
-    learning_rate: float | None = None,
-    epochs: float | None = None,
-    batch_size: int | None = None,
-    preset: str | None = None,
-    layer_decay: float | None = None,
-    max_seq_length: int = 384,
-    doc_stride: int = 128,
-    max_query_length: int = 64,
-    n_best: int = 20,
-    max_answer_length: int = 30,
-    subset_seed: int = 0,
-    device: str | None = None,
-    amp: bool = False,
-    sampling: str = "uniform",
-    progress: bool = True,
     write_tables: bool = True,
+    **options,
 ) -> list[dict]:
     """Fine-tune every checkpoint on SQuAD v1.1 train (2 epochs by default, as ELECTRA) with each seed;
-    EM/F1 on the dev set. ``max_*_examples`` count questions; ``doc_stride`` is the window step."""
-    _check_common(checkpoint_dirs, seeds)
+    EM/F1 on the dev set. ``max_*_examples`` count questions. ``options``: fields of `TrainingOptions`,
+    `SquadOptions` (``max_seq_length``, ``doc_stride`` = the window step, ``max_query_length``, ``n_best``,
+    ``max_answer_length``) and ``subset_seed``."""
+    training, squad, subset = split_options(
+        {**options, "max_train_examples": max_train_examples, "max_eval_examples": max_eval_examples,
+         "seeds": list(seeds)}, TrainingOptions, SquadOptions, SubsetOptions)
+    _check_common(checkpoint_dirs, subset.seeds)
     source = resolve_data_source(data_dir, SQUAD_HUB_NAME, "SQuAD")
-    log = _stderr if progress else (lambda message: None)
-    torch_device = pick_device(device)
+    log = _stderr if training.progress else (lambda message: None)
+    torch_device = pick_device(training.device)
     train_full = load_squad_split(source, "train")
     eval_full = load_squad_split(source, "validation")
-    train_data = seeded_subset(train_full, max_train_examples, subset_seed)
-    eval_data = seeded_subset(eval_full, max_eval_examples, subset_seed)
+    train_data = seeded_subset(train_full, subset.max_train_examples, subset.subset_seed)
+    eval_data = seeded_subset(eval_full, subset.max_eval_examples, subset.subset_seed)
     counts = {"train_examples": len(train_data), "train_examples_total": len(train_full),
               "eval_examples": len(eval_data), "eval_examples_total": len(eval_full)}
     output = Path(output_dir)
@@ -211,20 +197,19 @@ def finetune_squad(
     for name, location in checkpoint_dirs.items():
         tokenizer = load_checkpoint_tokenizer(location)
         encoder = load_encoder(location)
-        length = _fit_length(encoder, max_seq_length, log)
-        window_options = {"max_seq_length": length, "doc_stride": doc_stride, "max_query_length": max_query_length}
+        length = _fit_length(encoder, squad.max_seq_length, log)
+        window_options = {"max_seq_length": length, "doc_stride": squad.doc_stride,
+                          "max_query_length": squad.max_query_length}
         train_windows = build_squad_windows(train_data, tokenizer, with_labels=True, **window_options)
         eval_windows = build_squad_windows(eval_data, tokenizer, with_labels=False, **window_options)
-        config = resolve_config(encoder.config.hidden_size, 2, preset=preset, learning_rate=learning_rate,
-                                layer_decay=layer_decay, epochs=epochs, batch_size=batch_size, use_amp=amp,
-                                sampling=sampling)
-        for seed in seeds:
+        config = resolve_config(encoder.config.hidden_size, 2, torch_device, **asdict(training))
+        for seed in subset.seeds:
             result = run_squad_seed(encoder, train_windows, eval_windows, eval_data, tokenizer.pad_token_id, config,
-                                    seed, torch_device, n_best=n_best, max_answer_length=max_answer_length,
-                                    description=f"{name} squad seed {seed}", progress=progress)
+                                    seed, torch_device, n_best=squad.n_best, max_answer_length=squad.max_answer_length,
+                                    description=f"{name} squad seed {seed}", progress=training.progress)
             row = {"checkpoint": name, "task": "squad", "seed": seed, **result.metrics, **counts,
                    "train_windows": len(train_windows), "eval_windows": len(eval_windows),
-                   "subset_seed": subset_seed, "data_source": source.describe(), **window_options,
+                   "subset_seed": subset.subset_seed, "data_source": source.describe(), **window_options,
                    **_training_fields(config, result.stats), "checkpoint_location": location}
             _save_row(row, output, extra={"predictions": result.predictions, "nbest": result.nbest})
             rows.append(row)
@@ -238,22 +223,6 @@ def finetune_squad(
 # --------------------------------------------------------------------------------------------------
 # Result tables laid out like the TMR paper's Table 1: checkpoints as rows, tasks as columns.
 _COUNT_KEYS = ("train_examples", "train_examples_total", "eval_examples", "eval_examples_total")
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (None for a single value)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, None
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-
-
-def format_cell(values: Sequence[float], digits: int = 3) -> str:
-    if not values:
-        return "–"
-    mean, std = mean_std(values)
-    return f"{mean:.{digits}f}" if std is None else f"{mean:.{digits}f} ± {std:.{digits}f}"
 
 
 def _checkpoints(rows: Iterable[dict]) -> list[str]:
@@ -272,7 +241,7 @@ def glue_average_per_seed(runs_by_task: dict[str, list[dict]]) -> list[float]:
     seeds = set.intersection(*(set(r["seed"] for r in runs_by_task[t]) for t in GLUE_EIGHT))
     averages = []
     for seed in sorted(seeds):
-        scores = [next(r[MAIN_METRIC[t]] for r in runs_by_task[t] if r["seed"] == seed) for t in GLUE_EIGHT]
+        scores = [next(r[GLUE_TASKS[t].main_metric] for r in runs_by_task[t] if r["seed"] == seed) for t in GLUE_EIGHT]
         averages.append(sum(scores) / len(scores))
     return averages
 
@@ -287,14 +256,14 @@ def glue_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     body = []
     for checkpoint in _checkpoints(rows):
         runs = {t: grouped.get((checkpoint, t), []) for t in tasks}
-        line = [checkpoint] + [format_cell([r[MAIN_METRIC[t]] for r in runs[t]]) for t in tasks]
+        line = [checkpoint] + [format_mean_std([r[GLUE_TASKS[t].main_metric] for r in runs[t]]) for t in tasks]
         if with_average:
             complete = all(runs[t] for t in GLUE_EIGHT)
             per_seed = glue_average_per_seed(runs) if complete else []
             if complete and not per_seed:  # tasks run with disjoint seeds: average of the means
-                line.append(f"{sum(mean_std([r[MAIN_METRIC[t]] for r in runs[t]])[0] for t in GLUE_EIGHT) / 8:.3f}")
+                line.append(f"{sum(mean_std([r[GLUE_TASKS[t].main_metric] for r in runs[t]])[0] for t in GLUE_EIGHT) / 8:.3f}")
             else:
-                line.append(format_cell(per_seed))
+                line.append(format_mean_std(per_seed))
         body.append(line)
     return header, body
 
@@ -309,7 +278,7 @@ def squad_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
         if not runs:
             continue
         first = runs[0]
-        body.append([checkpoint, format_cell([r["exact_match"] for r in runs], 1), format_cell([r["f1"] for r in runs], 1),
+        body.append([checkpoint, format_mean_std([r["exact_match"] for r in runs], 1), format_mean_std([r["f1"] for r in runs], 1),
                      f"{first['train_examples']} of {first['train_examples_total']}",
                      f"{first['eval_examples']} of {first['eval_examples_total']}", str(first["subset_seed"])])
     return header, body
@@ -321,9 +290,9 @@ def detail_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]]]:
     body = []
     for (checkpoint, task), runs in _by_checkpoint_task(rows).items():
         metric_names = [k for k in runs[0] if k in _METRIC_KEYS]
-        metrics = ", ".join(f"{k} {format_cell([r[k] for r in runs], 1 if task == 'squad' else 3)}" for k in metric_names)
-        first = format_cell([r["train_loss_first_epoch"] for r in runs])
-        last = format_cell([r["train_loss_last_epoch"] for r in runs])
+        metrics = ", ".join(f"{k} {format_mean_std([r[k] for r in runs], 1 if task == 'squad' else 3)}" for k in metric_names)
+        first = format_mean_std([r["train_loss_first_epoch"] for r in runs])
+        last = format_mean_std([r["train_loss_last_epoch"] for r in runs])
         losses = f"{first} → {last}"
         seconds = f"{mean_std([r['train_seconds'] for r in runs])[0]:.1f}"
         body.append([checkpoint, task, " ".join(str(r["seed"]) for r in runs), metrics, losses, seconds])

@@ -29,8 +29,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..common import set_seed, UserError
-from .metrics import glue_metrics
 from .sources import DataSource, load_hub_split
+from .tasks import GLUE_EIGHT, GLUE_TASKS, GlueTask, get_task  # noqa: F401  (the task table, re-exported)
 from .training import encode_texts, FinetuneConfig, pad_batch, predict, train, TrainStats
 
 
@@ -42,71 +42,6 @@ if TYPE_CHECKING:  # datasets is imported lazily: building the CLI parser should
 GLUE_HUB_NAME = "nyu-mll/glue"
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-
-
-@dataclass(frozen=True)
-class GlueTask:
-    """How to find, parse and score one GLUE task."""
-
-    name: str  # our id and the hub config name
-    table_name: str  # column header in the paper's Table 1
-    local_dir: str  # folder in the official glue_data layout
-    text_columns: tuple[str, ...]  # hub column names of the one or two texts
-    num_labels: int  # 1 = regression (STS-B)
-    # eval split (hub name) -> (local file, suffix added to metric names; "" for the main dev set)
-    eval_splits: dict[str, tuple[str, str]]
-    # local parsing: source column (header name, or position when header-less) for each text and the label
-    local_text_sources: tuple[str | int, ...]
-    local_label_source: str | int
-    local_label_map: dict[str, int] | None  # None for the float STS-B score
-    has_header: bool = True
-    epochs: int = 3
-    label_names: tuple[str, ...] = field(default=())
-
-    @property
-    def is_regression(self) -> bool:
-        return self.num_labels == 1
-
-
-def _dev(file: str = "dev.tsv") -> dict[str, tuple[str, str]]:
-    return {"validation": (file, "")}
-
-
-_BINARY = {"0": 0, "1": 1}
-_ENTAILMENT_2 = {"entailment": 0, "not_entailment": 1}
-
-GLUE_TASKS: dict[str, GlueTask] = {
-    "cola": GlueTask("cola", "CoLA", "CoLA", ("sentence",), 2, _dev(), (3,), 1, _BINARY, has_header=False,
-                     label_names=("unacceptable", "acceptable")),
-    "sst2": GlueTask("sst2", "SST", "SST-2", ("sentence",), 2, _dev(), ("sentence",), "label", _BINARY,
-                     label_names=("negative", "positive")),
-    "mrpc": GlueTask("mrpc", "MRPC", "MRPC", ("sentence1", "sentence2"), 2, _dev(), ("#1 String", "#2 String"),
-                     "Quality", _BINARY, label_names=("not_equivalent", "equivalent")),
-    "stsb": GlueTask("stsb", "STS", "STS-B", ("sentence1", "sentence2"), 1, _dev(), ("sentence1", "sentence2"),
-                     "score", None, epochs=10),
-    "qqp": GlueTask("qqp", "QQP", "QQP", ("question1", "question2"), 2, _dev(), ("question1", "question2"),
-                    "is_duplicate", _BINARY, label_names=("not_duplicate", "duplicate")),
-    "mnli": GlueTask("mnli", "MNLI", "MNLI", ("premise", "hypothesis"), 3,
-                     {"validation_matched": ("dev_matched.tsv", ""), "validation_mismatched": ("dev_mismatched.tsv", "_mm")},
-                     ("sentence1", "sentence2"), "gold_label",
-                     {"entailment": 0, "neutral": 1, "contradiction": 2},
-                     label_names=("entailment", "neutral", "contradiction")),
-    "qnli": GlueTask("qnli", "QNLI", "QNLI", ("question", "sentence"), 2, _dev(), ("question", "sentence"), "label",
-                     _ENTAILMENT_2, label_names=("entailment", "not_entailment")),
-    "rte": GlueTask("rte", "RTE", "RTE", ("sentence1", "sentence2"), 2, _dev(), ("sentence1", "sentence2"), "label",
-                    _ENTAILMENT_2, epochs=10, label_names=("entailment", "not_entailment")),
-    "wnli": GlueTask("wnli", "WNLI", "WNLI", ("sentence1", "sentence2"), 2, _dev(), ("sentence1", "sentence2"), "label",
-                     _BINARY, label_names=("not_entailment", "entailment")),
-}
-# The eight tasks of the GLUE average; WNLI is optional and never averaged.
-GLUE_EIGHT: tuple[str, ...] = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")
-
-
-def get_task(name: str) -> GlueTask:
-    try:
-        return GLUE_TASKS[name]
-    except KeyError:
-        raise UserError(f"unknown GLUE task {name!r}; choose from {', '.join(GLUE_TASKS)}") from None
 
 
 @dataclass
@@ -304,7 +239,7 @@ def predict_glue(
     """Class ids (argmax) or, for STS-B, the regression outputs."""
     outputs = np.zeros(len(features), dtype=np.float64)
     collate = lambda fs: pad_batch(fs, pad_id)  # noqa: E731
-    for indices, logits in predict(model, features, collate, _forward, config.eval_batch_size, device, config.use_amp):
+    for indices, logits in predict(model, features, collate, _forward, config.eval_batch_size, device, config.autocast):
         values = logits.squeeze(-1) if task.is_regression else logits.argmax(-1)
         outputs[indices] = values.numpy()
     return outputs
@@ -339,5 +274,5 @@ def run_glue_seed(
         suffix = task.eval_splits[split][1]
         predictions = predict_glue(model, task, features, pad_id, config, device)
         labels = np.array([f["label"] for f in features])
-        metrics.update({name + suffix: value for name, value in glue_metrics(task.name, predictions, labels).items()})
+        metrics.update({name + suffix: value for name, value in task.score(predictions, labels).items()})
     return GlueRunResult(metrics=metrics, stats=stats)

@@ -18,21 +18,6 @@ from sklearn import metrics as sklearn_metrics
 
 from ..common import spearman  # noqa: F401  (STS-B's main metric; shared with pretraining's diagnostics)
 
-# Official GLUE metric per task, in the order of the paper's Table 1.
-GLUE_TASKS_IN_TABLE_ORDER: tuple[str, ...] = ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte")
-MAIN_METRIC: dict[str, str] = {
-    "mnli": "accuracy",  # matched dev; mismatched is reported as accuracy_mm
-    "qqp": "accuracy",
-    "qnli": "accuracy",
-    "sst2": "accuracy",
-    "cola": "mcc",
-    "stsb": "spearman",
-    "mrpc": "accuracy",
-    "rte": "accuracy",
-    "wnli": "accuracy",
-}
-
-
 def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
     """Fraction of exact matches (0 for no examples)."""
     return float(sklearn_metrics.accuracy_score(labels, predictions)) if len(labels) else 0.0
@@ -60,25 +45,9 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     return float(stats.pearsonr(a, b).statistic)
 
 
-def glue_metrics(task: str, predictions: Sequence[float], labels: Sequence[float]) -> dict[str, float]:
-    """The official metrics of one GLUE task on one dev set (all fractions)."""
-    if task == "cola":
-        return {"mcc": matthews_corrcoef(predictions, labels), "accuracy": accuracy(predictions, labels)}
-    if task == "stsb":
-        return {"spearman": spearman(predictions, labels), "pearson": pearson(predictions, labels)}
-    if task in ("mrpc", "qqp"):
-        return {"accuracy": accuracy(predictions, labels), "f1": f1_positive_class(predictions, labels)}
-    if task in MAIN_METRIC:
-        return {"accuracy": accuracy(predictions, labels)}
-    raise ValueError(f"unknown GLUE task {task!r}")
-
-
-def glue_average(main_scores: Mapping[str, float]) -> float:
-    """Average of the eight GLUE main scores (WNLI excluded, as is customary and as in the paper)."""
-    missing = [t for t in GLUE_TASKS_IN_TABLE_ORDER if t not in main_scores]
-    if missing:
-        raise ValueError(f"GLUE average needs all eight tasks; missing {missing}")
-    return float(np.mean([main_scores[t] for t in GLUE_TASKS_IN_TABLE_ORDER]))
+# Every GLUE metric by the name a task lists it under (`glue.GlueTask.metrics`), all fractions.
+GLUE_METRICS = {"accuracy": accuracy, "f1": f1_positive_class, "mcc": matthews_corrcoef, "spearman": spearman,
+                "pearson": pearson}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -358,7 +358,7 @@ def predict_answers(
     start_by_window: list[np.ndarray | None] = [None] * len(windows)
     end_by_window: list[np.ndarray | None] = [None] * len(windows)
     collate = lambda fs: collate_windows(fs, pad_id)  # noqa: E731
-    for indices, (starts, ends) in predict(model, features, collate, _forward, config.eval_batch_size, device, config.use_amp):
+    for indices, (starts, ends) in predict(model, features, collate, _forward, config.eval_batch_size, device, config.autocast):
         for row, window_index in enumerate(indices):
             start_by_window[window_index] = starts[row].numpy()
             end_by_window[window_index] = ends[row].numpy()

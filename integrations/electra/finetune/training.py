@@ -18,11 +18,10 @@ The fine-tuning loop shared by GLUE and SQuAD: layer-wise LR decay AdamW, warmup
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -31,24 +30,13 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from ..common import quiet_transformers, UserError
+from ..common import Autocast, quiet_transformers, UserError
+from .options import FINETUNE_PRESETS, SAMPLINGS, TrainingOptions
 
 
 # --------------------------------------------------------------------------------------------------
-# Fine-tuning hyperparameters of ELECTRA (Clark et al. 2020), as presets that every flag can override.
-@dataclass(frozen=True)
-class FinetunePreset:
-    learning_rate: float
-    layer_decay: float
-
-
-PRESETS: dict[str, FinetunePreset] = {
-    "small": FinetunePreset(learning_rate=3e-4, layer_decay=0.8),
-    "base": FinetunePreset(learning_rate=1e-4, layer_decay=0.8),
-    "large": FinetunePreset(learning_rate=5e-5, layer_decay=0.9),
-}
-
-
+# Fine-tuning hyperparameters of ELECTRA (Clark et al. 2020): the options (`options.TrainingOptions`) resolved
+# against the preset and the task.
 def preset_for_hidden_size(hidden_size: int) -> str:
     """ELECTRA sizes: small 256, base 768, large 1024 (smaller test models count as small)."""
     if hidden_size <= 256:
@@ -60,48 +48,44 @@ def preset_for_hidden_size(hidden_size: int) -> str:
 
 @dataclass(frozen=True)
 class FinetuneConfig:
+    """One run's resolved settings: the options with the preset's and the task's values filled in, plus the
+    fixed parts of ELECTRA's recipe."""
+
     learning_rate: float
-    layer_decay: float = 0.8
-    epochs: float = 3
-    batch_size: int = 32
+    layer_decay: float
+    epochs: float
+    batch_size: int
+    preset: str
+    sampling: str  # "prioritized": batches from replayloader's PrioritizedSampler, fed the losses
+    autocast: Autocast  # bf16 on CUDA when --amp, else off
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
     adam_epsilon: float = 1e-6
     max_grad_norm: float = 1.0
     eval_batch_size: int = 64
-    preset: str = "small"
-    use_amp: bool = False  # bf16 autocast, only ever applied on CUDA
-    sampling: str = "uniform"  # "prioritized": batches from replayloader's PrioritizedSampler, fed the losses
 
 
-def resolve_config(
-    hidden_size: int,
-    default_epochs: float,
-    *,
-    preset: str | None = None,
-    learning_rate: float | None = None,
-    layer_decay: float | None = None,
-    epochs: float | None = None,
-    batch_size: int | None = None,
-    **overrides,
-) -> FinetuneConfig:
-    """The preset chosen by name or by the checkpoint's hidden size, with explicit values on top."""
-    preset_name = preset or preset_for_hidden_size(hidden_size)
-    if preset_name not in PRESETS:
-        raise UserError(f"unknown preset {preset_name!r}; choose from {', '.join(PRESETS)}")
-    chosen = PRESETS[preset_name]
+def resolve_config(hidden_size: int, default_epochs: float, torch_device: torch.device | None = None,
+                   **options) -> FinetuneConfig:
+    """``options`` (fields of `TrainingOptions`) over the preset chosen by name or by the checkpoint's hidden size
+    and the task's ``default_epochs``; a bad value is a `UserError` naming its option."""
+    chosen = TrainingOptions(**options)
+    preset_name = chosen.preset or preset_for_hidden_size(hidden_size)
+    if preset_name not in FINETUNE_PRESETS:
+        raise UserError(f"unknown --preset {preset_name!r}; choose from {', '.join(FINETUNE_PRESETS)}")
+    if chosen.sampling not in SAMPLINGS:
+        raise UserError(f"--sampling must be one of {', '.join(SAMPLINGS)}, got {chosen.sampling!r}")
+    preset_lr, preset_decay = FINETUNE_PRESETS[preset_name]
     config = FinetuneConfig(
-        learning_rate=chosen.learning_rate if learning_rate is None else learning_rate,
-        layer_decay=chosen.layer_decay if layer_decay is None else layer_decay,
-        epochs=default_epochs if epochs is None else epochs,
-        batch_size=32 if batch_size is None else batch_size,
-        preset=preset_name,
-    )
-    config = replace(config, **{k: v for k, v in overrides.items() if v is not None})
-    if config.sampling not in ("uniform", "prioritized"):
-        raise UserError(f"sampling must be 'uniform' or 'prioritized', got {config.sampling!r}")
-    if config.learning_rate <= 0 or config.batch_size <= 0 or config.epochs <= 0:
-        raise UserError(f"learning rate, batch size and epochs must be positive (got {config})")
+        learning_rate=preset_lr if chosen.learning_rate is None else chosen.learning_rate,
+        layer_decay=preset_decay if chosen.layer_decay is None else chosen.layer_decay,
+        epochs=default_epochs if chosen.epochs is None else chosen.epochs,
+        batch_size=chosen.batch_size, preset=preset_name, sampling=chosen.sampling,
+        autocast=Autocast.choose(torch_device or torch.device("cpu"), "bf16" if chosen.amp else "none"))
+    for flag, value in (("--lr", config.learning_rate), ("--batch-size", config.batch_size),
+                        ("--epochs", config.epochs)):
+        if value <= 0:
+            raise UserError(f"{flag} must be > 0, got {value}")
     return config
 
 
@@ -205,12 +189,6 @@ def layerwise_parameter_groups(
     ]
 
 
-def autocast_context(device: torch.device, use_amp: bool):
-    if use_amp and device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
 @dataclass
 class TrainStats:
     steps: int = 0
@@ -272,7 +250,7 @@ def train(
                 break
             indices = drawn if sampler is None else drawn.indices.tolist()
             batch = {k: v.to(device) for k, v in collate([features[i] for i in indices]).items()}
-            with autocast_context(device, config.use_amp):
+            with config.autocast():
                 per_example = compute_loss(model, batch)
             if sampler is None:
                 loss = per_example.mean()
@@ -302,13 +280,13 @@ def predict(
     forward: Callable[[nn.Module, dict[str, torch.Tensor]], torch.Tensor | tuple[torch.Tensor, ...]],
     batch_size: int,
     device: torch.device,
-    use_amp: bool = False,
+    autocast: Autocast,
 ) -> Iterator[tuple[list[int], torch.Tensor | tuple[torch.Tensor, ...]]]:
     """Yield (feature indices, float32 CPU outputs) batch by batch, in feature order."""
     model.to(device).eval()
     for indices in iterate_batches(len(features), batch_size, None):
         batch = {k: v.to(device) for k, v in collate([features[i] for i in indices]).items()}
-        with autocast_context(device, use_amp):
+        with autocast():
             outputs = forward(model, batch)
         if isinstance(outputs, tuple):
             yield indices, tuple(o.float().cpu() for o in outputs)

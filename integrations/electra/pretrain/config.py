@@ -1,7 +1,7 @@
 """Every option of a pretraining run, declared once: the dataclass field carries its flag's help text.
 
 `PretrainConfig` fields left at ``None`` take the preset's value (`filled`); the command line is generated from
-the fields (`integrations.electra.common.add_dataclass_arguments`); resuming is the saved config updated with
+the fields (`integrations.electra.common.OptionParser`, on `transformers.HfArgumentParser`); resuming is the saved config updated with
 exactly the options given (`resume_config`).
 """
 from __future__ import annotations
@@ -57,14 +57,14 @@ class PretrainConfig:
     batch_size: int | None = option(None, "mini-batch size K, over all ranks under torchrun (each rank takes "
                                           f"K / ranks) (default: the preset's: {_by_preset('batch_size')})", MODEL)
     learning_rate: float | None = option(
-        None, f"peak learning rate (default: the preset's: {_by_preset('learning_rate')})", MODEL, flag="--lr")
+        None, f"peak learning rate (default: the preset's: {_by_preset('learning_rate')})", MODEL, aliases=["--lr"])
     warmup_steps: int | None = option(
         None, f"linear warmup steps (default: min(preset's, steps/10); preset's: {_by_preset('warmup_steps')})", MODEL)
     dropout: float | None = option(None, f"dropout of both models (default: the preset's: {_by_preset('dropout')})",
                                    MODEL)
     weight_decay: float = option(0.01, "AdamW weight decay (not on LayerNorm and bias)", MODEL)
     discriminator_weight: float = option(50.0, "λ in the joint loss L_G + λ·L_D", MODEL)
-    clip_norm: float = option(1.0, "gradient clipping norm", MODEL, flag="--clip")
+    clip_norm: float = option(1.0, "gradient clipping norm", MODEL, aliases=["--clip"])
     mask_prob: float = option(0.15, "fraction of the real tokens of each example that are masked", MODEL)
     mask_token_prob: float = option(0.85, "of the masked positions, the share that becomes [MASK] (the rest keep "
                                           "their token; none random)", MODEL)
@@ -77,7 +77,8 @@ class PretrainConfig:
     alpha: float = option(1.0, "prioritization exponent: P(i) ∝ w_i^alpha", BUFFER)
     beta: float | None = option(None, "importance-weight exponent (default: none, as the paper)", BUFFER)
     eviction: str | None = option(None, "replace a tmr variant's eviction, for ablations: lowest (drop the lowest "
-                                        "weight, the paper's) or fifo (drop the oldest example)", BUFFER)
+                                        "weight, the paper's) or fifo (drop the oldest example) (default: the "
+                                        "variant's own; none undoes a saved one on --resume)", BUFFER)
     grad_norm_method: str = option("ghost", "tmr-grad_norm: ghost (hooks inside the training backward) or loop "
                                             "(B extra passes)", BUFFER)
     corpus: str = option("python-docs", "python-docs (embedded), text files/dirs/globs (.txt, .gz, NLTK .zip; "
@@ -104,25 +105,28 @@ class PretrainConfig:
     dist_timeout: float = option(600.0, "under torchrun: seconds a rank waits for the others in a collective "
                                         "before it fails (so a lost peer cannot hang the job)", RUN)
     amp: str = option("none", "autocast on CUDA: none, bf16 or fp16", RUN)
-    compile: bool = option(False, "torch.compile the discriminator (CUDA only)", RUN)
+    compile: bool = option(False, "torch.compile the pair (CUDA only; not with feedback that needs eager mode, "
+                                  "such as ghost gradient norms)", RUN)
     defer_feedback: bool = option(False, "hand each step's per-example feedback to the buffer just before the next "
                                          "step's examples are added, after its generator work is queued, so a CUDA "
                                          "step never waits for the copy (same results)", RUN)
-    progress: bool = option(True, "no progress bar", RUN)
-    export_hf: bool = option(True, "do not export Hugging Face model directories at the end", RUN)
+    progress: bool = option(True, "show a progress bar (--no-progress: none)", RUN)
+    export_hf: bool = option(True, "export Hugging Face discriminator/ and generator/ directories at the end "
+                                   "(--no-export-hf: none)", RUN)
 
     def filled(self) -> PretrainConfig:
         """A copy with preset defaults filled in and every value validated (`UserError` on a bad one)."""
         preset = get_preset(self.preset)
         if self.variant not in VARIANTS:
             raise UserError(f"unknown variant {self.variant!r}; choose one of {', '.join(VARIANTS)}")
-        steps = self.steps if self.steps is not None else preset.steps
-        warmup = self.warmup_steps if self.warmup_steps is not None else min(preset.warmup_steps, steps // 10)
+        steps = _given_or(self.steps, preset.steps)
         output_dir = Path(self.output_dir or Path(DEFAULT_OUTPUT) / self.variant)
-        out = replace(self, vocab_size=self.vocab_size or preset.vocab_size, max_len=self.max_len or preset.max_len,
-                      steps=steps, batch_size=self.batch_size or preset.batch_size,
-                      learning_rate=self.learning_rate if self.learning_rate is not None else preset.learning_rate,
-                      warmup_steps=warmup, dropout=self.dropout if self.dropout is not None else preset.dropout,
+        out = replace(self, vocab_size=_given_or(self.vocab_size, preset.vocab_size),
+                      max_len=_given_or(self.max_len, preset.max_len), steps=steps,
+                      batch_size=_given_or(self.batch_size, preset.batch_size),
+                      learning_rate=_given_or(self.learning_rate, preset.learning_rate),
+                      warmup_steps=_given_or(self.warmup_steps, min(preset.warmup_steps, steps // 10)),
+                      dropout=_given_or(self.dropout, preset.dropout),
                       output_dir=str(output_dir.resolve()),
                       cache_dir=str(Path(self.cache_dir or output_dir.parent / "cache").resolve()))
         sizes = model_preset(out)
@@ -171,6 +175,11 @@ class PretrainConfig:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def _given_or(value, preset_value):
+    """The value given, else the preset's: an explicit 0 stays 0 and is then rejected by `filled`'s checks."""
+    return preset_value if value is None else value
 
 
 def buffer_strategy(config: PretrainConfig) -> Strategy:

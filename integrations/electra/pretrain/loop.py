@@ -28,12 +28,12 @@ from replayloader.atomic import atomic_write_text
 
 from transformers import get_linear_schedule_with_warmup
 
-from ..common import UserError, set_seed
+from ..common import Autocast, UserError, set_seed
 from ..data import BatchStream, prepare_pretraining_data
 from ..models import PairPart, build_electra_pair
 from .checkpoint import (Checkpoint, check_same_run, choose_checkpoint, export_pair, load_checkpoint,
                          prune_checkpoints, save_checkpoint)
-from .config import FEEDBACK, PretrainConfig, buffer_strategy, model_preset
+from .config import PretrainConfig, buffer_strategy, model_preset
 from .corruption import CorruptionProducer, SpecialIds
 from .distributed import make_world
 from .feedback import make_feedback
@@ -51,6 +51,7 @@ class PretrainResult:
     plot_path: str
     summary: dict = field(default_factory=dict)
     losses: list[float] = field(default_factory=list)
+    is_main: bool = True  # False on torchrun's other ranks: rank 0 exports, summarizes and reports
 
 
 def pretrain(config: PretrainConfig) -> PretrainResult:
@@ -98,11 +99,7 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
     batch_size, buffer_size = world.per_rank(cfg.batch_size, cfg.buffer_size)
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    on_cuda = device.type == "cuda"
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.amp) if on_cuda else None
-
-    def autocast():
-        return torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None)
+    autocast = Autocast.choose(device, cfg.amp)  # a no-op off CUDA or with --amp none
 
     resumed = resume_point(cfg, world) if cfg.resume else None  # checked before any data is prepared
 
@@ -122,9 +119,9 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
     buffer_seed = world.start_rank_streams(cfg.seed)  # same initial weights everywhere, then each rank's streams
     model = world.wrap(pair)  # DDP around both models: both passes below go through it
     optimizer = make_optimizer(pair, cfg.learning_rate, cfg.weight_decay)
-    scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
-    feedback_kind = FEEDBACK.get(cfg.variant, "loss")
-    if cfg.compile and on_cuda and feedback_kind != "grad_norm":  # ghost-norm hooks need eager mode
+    scaler = torch.amp.GradScaler(device.type, enabled=autocast.dtype == torch.float16)
+    feedback = make_feedback(cfg, pair.discriminator)  # what goes back to the buffer, chosen once
+    if cfg.compile and device.type == "cuda" and not feedback.needs_eager:
         model = torch.compile(model)  # a compiled view; `pair` keeps the eager modules and names
     generator, discriminator = PairPart(model, "generator"), PairPart(model, "discriminator")
 
@@ -135,7 +132,6 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
                                   cfg.replacements)
     loader = ReplayDataLoader(producer, buffer, batch_size=batch_size, source=stream, steps=cfg.steps,
                               defer_feedback=cfg.defer_feedback)
-    feedback = make_feedback(feedback_kind, pair.discriminator, cfg.discriminator_weight, cfg.grad_norm_method)
 
     start_step = 0
     if resumed is not None:
@@ -180,8 +176,8 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
 
             # ---- metrics and checkpoints
             seconds = {"data_seconds": stream.last_seconds, "step_seconds": time.perf_counter() - step_started}
-            record = step_record(batch.step, lr, loss, generator_loss, d, batch, signals, total_grad_norm,
-                                 buffer.stats(), seconds)
+            record = step_record(batch.step, lr, loss, generator_loss, d, batch, feedback.report(signals, d),
+                                 total_grad_norm, buffer.stats(), seconds)
             if heldout is not None and (batch.step % cfg.heldout_every == 0 or batch.step == cfg.steps):
                 # the replicas are identical, so rank 0 alone scores; the others' None drops out of the rank mean
                 record.update(evaluate_heldout(pair.discriminator, heldout, autocast=autocast) if world.is_main
@@ -203,7 +199,7 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
         feedback.close()
     wall = time.perf_counter() - run_started
     if not world.is_main:  # rank 0 exports and summarizes
-        return PretrainResult(cfg, str(out_dir), None, str(out_dir / "metrics.jsonl"), "")
+        return PretrainResult(cfg, str(out_dir), None, str(out_dir / "metrics.jsonl"), "", is_main=False)
 
     # ---- exports: HF directories for fine-tuning, curves, summary
     discriminator_dir = export_pair(pair, data.tokenizer, out_dir) if cfg.export_hf else None

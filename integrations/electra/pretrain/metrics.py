@@ -17,7 +17,7 @@ from sklearn.metrics import roc_auc_score
 from replayloader.checkpoint import StateFileError
 from replayloader.strategies import grad_bound_sigmoid
 
-from ..common import UserError, spearman
+from ..common import UserError
 from ..jsonl import JsonLinesWriter, read_json_lines, rewrite_json_lines
 from .losses import DiscriminatorLosses
 
@@ -167,9 +167,10 @@ def summarize(records: list[dict], tail: float = 0.1) -> dict:
 
 
 def step_record(step: int, lr: float, loss: torch.Tensor, generator_loss: torch.Tensor, d: DiscriminatorLosses,
-                batch, signals: Mapping[str, torch.Tensor], total_grad_norm: torch.Tensor, buffer_stats: dict,
+                batch, feedback_report: dict, total_grad_norm: torch.Tensor, buffer_stats: dict,
                 seconds: dict) -> dict:
-    """Everything logged for one step: losses, the produced and the sampled batch, the buffer, timings."""
+    """Everything logged for one step: losses, the produced and the sampled batch, the buffer, timings, and what
+    the run's feedback reports (`feedback.LossFeedback.report`)."""
     aux = batch.aux
     bound = grad_bound_sigmoid(d.logits.detach(), d.labels, d.mask)  # K&F bound, for every variant's log
     record = {
@@ -184,10 +185,6 @@ def step_record(step: int, lr: float, loss: torch.Tensor, generator_loss: torch.
         "buffer_weight_std": buffer_stats.get("weight_std"), "buffer_weight_min": buffer_stats.get("weight_min"),
         "buffer_weight_max": buffer_stats.get("weight_max"), "buffer_mean_visits": buffer_stats.get("mean_visits"),
         "buffer_stale_feedback": buffer_stats.get("stale_feedback"),
-        "produce_seconds": aux["produce_seconds"], **seconds,
+        "produce_seconds": aux["produce_seconds"], **seconds, **feedback_report,
     }
-    if "grad_norm" in signals:
-        norms = signals["grad_norm"].double().cpu().numpy()
-        record["example_grad_norm_mean"] = float(norms.mean())
-        record["bound_vs_norm_spearman"] = spearman(bound, norms)
     return record
