@@ -5,6 +5,13 @@ Optional module (needs torch, transformers and accelerate). Two overrides, both 
 computes the per-example loss, feeds it back to the sampler, and returns its importance-weighted mean.
 Evaluation is untouched (the model is not in training mode there).
 
+Several processes (torchrun, accelerate launch): the sampler becomes a `DistributedPrioritizedSampler` (its
+``batch_size`` is the global batch, each process trains batch_size / world_size examples a step), and the train
+DataLoader is NOT passed through ``accelerator.prepare``: Accelerate would wrap the batch sampler in its
+``BatchSamplerShard`` and hand each process every W-th batch of its own sampler, so the indices and importance
+weights popped for the loss and the feedback would belong to another batch (issue 23). The Trainer moves each
+batch to the device itself (``_prepare_inputs``).
+
 Resuming a Trainer checkpoint restores the model and optimizer, not the sampler: save
 ``trainer.batch_sampler.state_dict()`` yourself and pass ``ignore_data_skip=True`` (the sampler already knows
 where its epoch stands, so the Trainer must not skip batches again).
@@ -19,6 +26,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader
 from transformers import Trainer
 
+from .distributed import DistributedPrioritizedSampler, check_dataset_size
 from .sampler import PrioritizedSampler
 from .torch_sampler import PrioritizedBatchSampler
 
@@ -41,9 +49,12 @@ class PrioritizedTrainer(Trainer):
     def __init__(self, *args: Any, sampler: PrioritizedSampler,
                  per_example_loss: PerExampleLoss = cross_entropy_per_example, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.train_dataset is not None and len(self.train_dataset) != sampler.num_examples:
-            raise ValueError(f"sampler covers {sampler.num_examples} examples but train_dataset has "
-                             f"{len(self.train_dataset)}")
+        size = None if self.train_dataset is None else len(self.train_dataset)
+        self.distributed = self.accelerator.num_processes > 1
+        if self.distributed:  # checks the dataset size on every rank, so a mismatch on one rank stops them all
+            sampler = DistributedPrioritizedSampler(sampler, dataset_size=size)
+        else:
+            check_dataset_size(sampler, size)
         self.batch_sampler = PrioritizedBatchSampler(sampler)
         self.per_example_loss = per_example_loss
         # compute_loss returns a per-batch mean: the Trainer must divide it by the accumulation steps itself
@@ -55,7 +66,7 @@ class PrioritizedTrainer(Trainer):
             dataset = self._remove_unused_columns(dataset, description="training")  # as the Trainer's own loader
         loader = DataLoader(dataset, batch_sampler=self.batch_sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
-        return self.accelerator.prepare(loader)
+        return loader if self.distributed else self.accelerator.prepare(loader)  # see the module doc
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not model.training:

@@ -15,6 +15,10 @@ Exact resume through a DataLoader: `state_dict()` holds the sampler and the batc
 received by the loop (prefetched); after `load_state_dict`, the next ``iter()`` yields those first, then draws
 on. With the same ``num_workers`` and ``prefetch_factor``, the resumed run sees the batches the uninterrupted
 run would have seen (tested).
+
+Several processes: pass a `DistributedPrioritizedSampler`; each rank's DataLoader then yields that rank's share
+of every global batch, and `update` is a collective (every rank calls it once per batch). Pending batches are
+checkpointed whole (global), so a state resumes on any number of ranks.
 """
 from __future__ import annotations
 
@@ -23,9 +27,11 @@ from collections.abc import Iterator, Mapping
 from itertools import chain
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from .distributed import DistributedPrioritizedSampler
 from .sampler import PrioritizedSampler, SampledBatch
 
 
@@ -36,9 +42,10 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
     the rest of it after `load_state_dict` of a mid-epoch checkpoint).
     """
 
-    def __init__(self, sampler: PrioritizedSampler) -> None:
-        if not isinstance(sampler, PrioritizedSampler):
-            raise TypeError(f"sampler must be a PrioritizedSampler, got {type(sampler).__name__}")
+    def __init__(self, sampler: PrioritizedSampler | DistributedPrioritizedSampler) -> None:
+        if not isinstance(sampler, (PrioritizedSampler, DistributedPrioritizedSampler)):
+            raise TypeError(f"sampler must be a PrioritizedSampler or a DistributedPrioritizedSampler, got "
+                            f"{type(sampler).__name__}")
         self.sampler = sampler
         self._handed_out: deque[SampledBatch] = deque()
         self._replay: deque[SampledBatch] = deque()  # drawn before a checkpoint, not yet received by the loop
@@ -54,6 +61,21 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
         for batch in chain(replay, () if epoch_closed else self.sampler):
             self._handed_out.append(batch)
             yield batch.indices.tolist()
+
+    def set_epoch(self, epoch: int) -> None:
+        """What frameworks call at each epoch start (as for `DistributedSampler`). The sampler counts its epochs
+        itself (its shuffles and draws follow from its own RNG), so at its own epoch this does nothing; a later
+        ``epoch`` (a framework that ended an epoch early, e.g. Lightning's ``limit_train_batches``) skips the rest
+        of the sampler's epochs, drawing and discarding them so every rank stays in step; an earlier one is an
+        error (a sampler whose state was not restored on resume, for instance)."""
+        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < self.sampler.epoch:
+            raise ValueError(f"set_epoch({epoch!r}): the sampler is in epoch {self.sampler.epoch} and cannot go "
+                             f"back (restore its state_dict when resuming)")
+        if epoch > self.sampler.epoch:
+            self._handed_out.clear()
+            self._replay.clear()
+            while self.sampler.epoch < epoch:
+                self.sampler.next_batch()
 
     def next_batch_info(self) -> SampledBatch:
         """The `SampledBatch` (indices, importance weights, probabilities, epoch) of the next batch the
@@ -73,11 +95,13 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
 
     def state_dict(self) -> dict:
         """The sampler's state plus the batches it drew that the loop has not received yet."""
+        wholes = [b if getattr(b, "whole", None) is None else b.whole for b in self._handed_out]  # a rank's share: its global batch
         pending = [{"indices": b.indices.copy(), "weights": b.weights.copy(), "probabilities": b.probabilities.copy(),
-                    "epoch": b.epoch, "step": b.step} for b in self._handed_out]
+                    "epoch": b.epoch, "step": b.step} for b in wholes]
         return {"sampler": self.sampler.state_dict(), "pending": pending}
 
     def load_state_dict(self, state: Mapping) -> None:
         self.sampler.load_state_dict(state["sampler"])
         self._handed_out.clear()
-        self._replay = deque(SampledBatch(**batch) for batch in state["pending"])
+        share = getattr(self.sampler, "share", lambda whole: whole)
+        self._replay = deque(share(SampledBatch(**batch)) for batch in state["pending"])
