@@ -404,10 +404,11 @@ class DistributedPrioritizedSampler:
     def _check_in_step(self, records: list[np.ndarray]) -> None:
         states = [tuple(row[5:_HEADER]) for row in records]
         if len(set(states)) > 1:
-            draws = ", ".join(f"rank {r}: {int(s[0])} batches" for r, s in enumerate(states))
-            raise RuntimeError(f"the ranks' samplers diverged before this update ({draws}; RNG or tree mass "
-                               f"differ): every rank must draw the same batches and call update the same number "
-                               f"of times (same DataLoader num_workers and prefetch_factor on every rank)")
+            draws = ", ".join(f"rank {r}: {int(s[0])}" for r, s in enumerate(states))
+            raise RuntimeError(f"the ranks' samplers diverged before this update (batches drawn: {draws}; or "
+                               f"their RNG or tree mass differ): every rank must draw the same batches and call "
+                               f"update the same number of times (same DataLoader num_workers and prefetch_factor "
+                               f"on every rank)")
 
     def _apply(self, records: list[np.ndarray]) -> int:
         by_step: dict[int, list[np.ndarray]] = {}

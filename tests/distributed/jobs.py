@@ -4,13 +4,18 @@ Each job returns a JSON-able dict; rank r writes ``OUT/report-r.json`` with one 
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parents[2]
 
 HF_EXAMPLES = 80
 HF_BATCH = 8  # the global batch: 4 per rank on 2 ranks
@@ -70,7 +75,95 @@ def hf_trainer(out: Path) -> dict:
     return {"seen": seen, "fed": fed, "weights": sampler.weights.tolist(), "visits": sampler.visits.tolist()}
 
 
-JOBS = {"hf_trainer": hf_trainer}
+# ----------------------------------------------------------------------------- the README's torchrun example
+def readme(out: Path) -> dict:
+    """The README's several-GPUs example as written (it starts the process group), run in ``out``."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Several GPUs"):]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    here = os.getcwd()
+    os.chdir(out)
+    try:
+        exec(compile(block, "README several GPUs example", "exec"), namespace)
+    finally:
+        os.chdir(here)
+    model = namespace["model"].module
+    return {"weights": namespace["sampler"].weights.tolist(), "epoch": namespace["sampler"].epoch,
+            "parameters": torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()}
+
+
+# ----------------------------------------------------------------------------- the sampler's own checks
+def core(out: Path) -> dict:
+    """Equivalence run, checkpoint + resume (same world size, and from a one-process file), bad input."""
+    from replayloader import PrioritizedBatchSampler
+    from replayloader.distributed import DistributedPrioritizedSampler, load_shared_state, save_shared_state
+    from tests.distributed import scenario as sc
+
+    ensure_group()
+    report = {"equivalence": sc.drive(DistributedPrioritizedSampler(sc.make_sampler()),
+                                      sc.EPOCHS * sc.STEPS_PER_EPOCH)}
+    batches = PrioritizedBatchSampler(DistributedPrioritizedSampler(sc.make_sampler()))
+
+    def save(count: int) -> None:
+        if count == sc.SAVE_AT:
+            save_shared_state(batches.state_dict(), out / "two_ranks.npz")
+
+    report["uninterrupted"] = sc.train(batches, sc.TOTAL, on_step=save)
+    for name, path in (("resumed", "two_ranks.npz"), ("from_one_process", "one_process.npz")):
+        resumed = PrioritizedBatchSampler(DistributedPrioritizedSampler(sc.make_sampler()))
+        resumed.load_state_dict(load_shared_state(out / path))
+        report[name] = sc.train(resumed, sc.TOTAL - sc.SAVE_AT)
+    report["errors"] = bad_input(out)
+    return report
+
+
+def error_of(action) -> str | None:
+    try:
+        action()
+    except (ValueError, TypeError, RuntimeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def bad_input(out: Path) -> dict:
+    """Every rank reports what each bad call raised on it (None: nothing raised)."""
+    from replayloader.distributed import DistributedPrioritizedSampler as Shared
+    from replayloader.distributed import save_shared_state, state_digest
+    from tests.distributed import scenario as sc
+
+    rank = dist.get_rank()
+    errors = {
+        "num_examples": error_of(lambda: Shared(sc.make_sampler(num_examples=sc.N + rank))),
+        "seed": error_of(lambda: Shared(sc.make_sampler(seed=rank))),
+        "seed_none": error_of(lambda: Shared(sc.make_sampler(seed=None))),
+        "alpha": error_of(lambda: Shared(sc.make_sampler(alpha=1.0 + rank))),
+        "dataset_size": error_of(lambda: Shared(sc.make_sampler(), dataset_size=sc.N + rank)),
+        "batch_size": error_of(lambda: Shared(sc.make_sampler(batch_size=7))),
+    }
+    shared = Shared(sc.make_sampler())
+    batch = shared.next_batch()
+    before = state_digest(shared.state_dict())
+    loss = sc.loss_of(batch.indices, batch.epoch)
+    bad = loss.copy()
+    bad[0] = np.nan if rank == 1 else bad[0]
+    errors["nan_on_rank_1"] = error_of(lambda: shared.update(batch, loss=bad))
+    errors["unchanged_after_rejection"] = state_digest(shared.state_dict()) == before
+    errors["good_update_after_rejection"] = error_of(lambda: shared.update(batch, loss=loss))
+    if rank == 1:
+        shared.next_batch()  # rank 1 runs ahead by one draw
+    errors["diverged"] = error_of(lambda: shared.update(batch, loss=loss))
+    errors["save_differs"] = error_of(lambda: save_shared_state(shared.state_dict(), out / "differs.npz"))
+    errors["save_differs_wrote"] = (out / "differs.npz").exists()
+    return errors
+
+
+def ensure_group() -> None:
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+
+
+JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer}
 
 
 def main() -> None:

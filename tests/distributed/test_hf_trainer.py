@@ -13,13 +13,11 @@ pytest.importorskip("accelerate")
 torch = pytest.importorskip("torch")
 
 from .jobs import HF_BATCH, HF_EXAMPLES  # noqa: E402
-from .launch import accelerate_launch, torchrun  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=["torchrun", "accelerate"])
-def hf_reports(request, tmp_path_factory):
-    launcher = {"torchrun": torchrun, "accelerate": accelerate_launch}[request.param]
-    return [r["hf_trainer"] for r in launcher(tmp_path_factory.mktemp(request.param), ["hf_trainer"])]
+def hf_reports(request):
+    return [r["hf_trainer"] for r in request.getfixturevalue(f"{request.param}_reports")]
 
 
 def test_each_rank_feeds_back_the_batch_it_trained_on(hf_reports):
