@@ -132,6 +132,20 @@ def state_digest(state: Mapping) -> str:
     return digest.hexdigest()
 
 
+def verify_identical(state: Mapping, group: Any = None, what: str = "state check") -> str:
+    """The state's `state_digest`; in a job of several processes (call on every rank), every rank raises unless
+    all ranks' digests agree."""
+    digest = state_digest(state)
+    world = current_group(group)
+    if world is not None:
+        digests = world.all_gather_objects(digest)
+        if len(set(digests)) > 1:
+            listed = ", ".join(f"rank {r}: {d[:12]}" for r, d in enumerate(digests))
+            raise RuntimeError(f"{what}: the ranks' states differ ({listed}); they must be identical (same "
+                               f"sampler, same draws, same feedback on every rank)")
+    return digest
+
+
 def save_shared_state(state: Mapping, path: str | Path, group: Any = None) -> str:
     """Write a state that every rank holds identically to ONE file (call on every rank); return its digest.
 
@@ -140,14 +154,8 @@ def save_shared_state(state: Mapping, path: str | Path, group: Any = None) -> st
     group) this just writes the file, so a single-process run writes the same format.
     """
     path = Path(path)
-    digest = state_digest(state)
+    digest = verify_identical(state, group, f"cannot save {path}")
     world = current_group(group)
-    if world is not None:
-        digests = world.all_gather_objects(digest)
-        if len(set(digests)) > 1:
-            listed = ", ".join(f"rank {r}: {d[:12]}" for r, d in enumerate(digests))
-            raise RuntimeError(f"cannot save {path}: the ranks' states differ ({listed}); they must be "
-                               f"identical (same sampler, same draws, same feedback on every rank)")
     write = (lambda: _write_state_file(state, digest, path))
     if world is None:
         write()
@@ -217,6 +225,21 @@ def check_dataset_size(sampler: PrioritizedSampler, dataset_size: int | None) ->
                          f"{dataset_size}")
 
 
+def advance_to_epoch(sampler: Any, epoch: int) -> None:
+    """``set_epoch`` as frameworks call it at each epoch start (like `DistributedSampler.set_epoch`).
+
+    A prioritized sampler counts its epochs itself (its shuffles and draws follow from its own RNG), so at its own
+    epoch this does nothing. A later ``epoch`` (a framework that ended an epoch early, e.g. Lightning's
+    ``limit_train_batches``) skips the rest of the sampler's epochs by drawing and discarding their batches, which
+    every rank does alike. An earlier one is an error: e.g. a resumed run whose sampler state was not restored.
+    """
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < sampler.epoch:
+        raise ValueError(f"set_epoch({epoch!r}): the sampler is in epoch {sampler.epoch} and cannot go back "
+                         f"(restore its state_dict when resuming)")
+    while sampler.epoch < epoch:
+        sampler.next_batch()
+
+
 def _described(part: Any) -> str:
     """A part's class and its plain settings (numbers, strings), e.g. ``LinearSchedule(end=1.0, start=0.4, ...)``."""
     plain = {k: v for k, v in sorted(getattr(part, "__dict__", {}).items()) if isinstance(v, (bool, int, float, str))}
@@ -282,6 +305,10 @@ class DistributedPrioritizedSampler:
     def __len__(self) -> int:
         """Steps per epoch (global batches; each rank gets one share of each)."""
         return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        """See `advance_to_epoch` (Lightning calls this on a DataLoader's ``batch_sampler.sampler``)."""
+        advance_to_epoch(self, epoch)
 
     def share(self, whole: SampledBatch) -> RankBatch:
         """This rank's share of a global batch."""

@@ -27,11 +27,10 @@ from collections.abc import Iterator, Mapping
 from itertools import chain
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from .distributed import DistributedPrioritizedSampler
+from .distributed import DistributedPrioritizedSampler, advance_to_epoch
 from .sampler import PrioritizedSampler, SampledBatch
 
 
@@ -63,19 +62,12 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
             yield batch.indices.tolist()
 
     def set_epoch(self, epoch: int) -> None:
-        """What frameworks call at each epoch start (as for `DistributedSampler`). The sampler counts its epochs
-        itself (its shuffles and draws follow from its own RNG), so at its own epoch this does nothing; a later
-        ``epoch`` (a framework that ended an epoch early, e.g. Lightning's ``limit_train_batches``) skips the rest
-        of the sampler's epochs, drawing and discarding them so every rank stays in step; an earlier one is an
-        error (a sampler whose state was not restored on resume, for instance)."""
-        if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < self.sampler.epoch:
-            raise ValueError(f"set_epoch({epoch!r}): the sampler is in epoch {self.sampler.epoch} and cannot go "
-                             f"back (restore its state_dict when resuming)")
-        if epoch > self.sampler.epoch:
+        """What frameworks call at each epoch start; see `distributed.advance_to_epoch`. Batches drawn ahead for
+        an epoch that is being skipped are dropped."""
+        if epoch != self.sampler.epoch:
             self._handed_out.clear()
             self._replay.clear()
-            while self.sampler.epoch < epoch:
-                self.sampler.next_batch()
+        advance_to_epoch(self.sampler, epoch)
 
     def next_batch_info(self) -> SampledBatch:
         """The `SampledBatch` (indices, importance weights, probabilities, epoch) of the next batch the

@@ -2,6 +2,8 @@
 these tests cost)."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -31,12 +33,14 @@ def one_process(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def torchrun_reports(one_process) -> list[dict]:
-    """One torchrun launch: the README example, the sampler's checks, and the Hugging Face Trainer."""
-    pytest.importorskip("transformers")
-    return torchrun(one_process["out"], ["readme", "core", "hf_trainer"])
+    """One torchrun launch: the README example, the sampler's checks, the Hugging Face Trainer and Lightning."""
+    optional = [job for job, package in (("hf_trainer", "transformers"), ("lightning", "lightning"))
+                if importlib.util.find_spec(package) is not None]  # their tests skip without the package
+    return torchrun(one_process["out"], ["readme", "core", *optional])
 
 
 @pytest.fixture(scope="session")
 def accelerate_reports(tmp_path_factory) -> list[dict]:
     pytest.importorskip("accelerate")
+    pytest.importorskip("transformers")
     return accelerate_launch(tmp_path_factory.mktemp("accelerate"), ["hf_trainer"])

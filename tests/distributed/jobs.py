@@ -75,6 +75,61 @@ def hf_trainer(out: Path) -> dict:
     return {"seen": seen, "fed": fed, "weights": sampler.weights.tolist(), "visits": sampler.visits.tolist()}
 
 
+# ----------------------------------------------------------------------------- Lightning
+LIGHTNING_EXAMPLES, LIGHTNING_BATCH, LIGHTNING_EPOCHS = 64, 16, 3
+
+
+def lightning(out: Path) -> dict:
+    """`PrioritizedModule` under ``Trainer(strategy="ddp")`` for 3 epochs, checkpointing every epoch; then a second
+    run resumed from the checkpoint after epoch 2 (index 1). Per step: the indices trained on and fed back."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch.nn import functional as F
+
+    from replayloader import PrioritizedSampler
+    from replayloader.lightning import PrioritizedModule
+
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(LIGHTNING_EXAMPLES, 4, generator=g),
+                                          torch.randint(0, 2, (LIGHTNING_EXAMPLES,), generator=g),
+                                          torch.arange(LIGHTNING_EXAMPLES))
+
+    class Model(PrioritizedModule):
+        def __init__(self) -> None:
+            super().__init__(PrioritizedSampler(LIGHTNING_EXAMPLES, batch_size=LIGHTNING_BATCH, beta=0.5,
+                                                uniform_fraction=0.1, seed=0))
+            torch.manual_seed(0)
+            self.net = torch.nn.Linear(4, 2)
+            self.steps: list[dict] = []
+
+        def train_dataloader(self):
+            return self.prioritized_dataloader(data)
+
+        def training_step(self, batch, batch_idx):
+            x, y, index = batch
+            info = self.batch_info()
+            per_example = F.cross_entropy(self.net(x), y, reduction="none")
+            self.steps.append({"seen": index.tolist(), "fed": info.indices.tolist(), "epoch": info.epoch,
+                               "weights": info.weights.tolist()})
+            return self.prioritized_loss(info, per_example)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit(model: Model, run: str, ckpt_path: Path | None = None) -> None:
+        trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", use_distributed_sampler=False,
+                             max_epochs=LIGHTNING_EPOCHS, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=str(out),
+                             callbacks=[ModelCheckpoint(dirpath=str(out / run), filename="{epoch}", save_top_k=-1)])
+        trainer.fit(model, ckpt_path=ckpt_path)
+
+    full, resumed = Model(), Model()
+    fit(full, "lightning")
+    fit(resumed, "lightning_resumed", out / "lightning" / "epoch=1.ckpt")
+    return {"full": full.steps, "resumed": resumed.steps, "weights": full.sampler.weights.tolist(),
+            "resumed_weights": resumed.sampler.weights.tolist()}
+
+
 # ----------------------------------------------------------------------------- the README's torchrun example
 def readme(out: Path) -> dict:
     """The README's several-GPUs example as written (it starts the process group), run in ``out``."""
@@ -163,7 +218,7 @@ def ensure_group() -> None:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 
 
-JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer}
+JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": lightning}
 
 
 def main() -> None:
