@@ -156,7 +156,7 @@ def save_shared_state(state: Mapping, path: str | Path, group: Any = None) -> st
     path = Path(path)
     digest = verify_identical(state, group, f"cannot save {path}")
     world = current_group(group)
-    write = (lambda: _write_state_file(state, digest, path))
+    write = (lambda: write_state_file(state, digest, path))
     if world is None:
         write()
     else:
@@ -169,23 +169,26 @@ def load_shared_state(path: str | Path, group: Any = None) -> dict:
     copy per node); every rank raises if any rank cannot read it or read different content."""
     world = current_group(group)
     if world is None:
-        return _read_state_file(Path(path))[0]
+        return read_state_file(Path(path))[0]
     loaded: list = []
-    world.agree(lambda: loaded.append(_read_state_file(Path(path))), f"reading {path}")
+    world.agree(lambda: loaded.append(read_state_file(Path(path))), f"reading {path}")
     digests = world.all_gather_objects(loaded[0][1])
     if len(set(digests)) > 1:
         raise RuntimeError(f"the ranks read different contents from {path}: {digests}")
     return loaded[0][0]
 
 
-def _write_state_file(state: Mapping, digest: str, path: Path) -> None:
+def write_state_file(state: Mapping, digest: str, path: Path) -> None:
+    """One ``.npz`` (no pickle) holding the state's arrays, its other values as JSON and its `state_digest`,
+    written atomically."""
     arrays, meta = flatten_state(dict(state))
     host = {name: (to_numpy(v, name) if is_torch_tensor(v) else np.asarray(v)) for name, v in arrays.items()}
     header = json.dumps({"meta": meta, "sha256": digest}).encode()
     atomic_write(path, lambda f: np.savez(f, __header__=np.frombuffer(header, np.uint8), **host))
 
 
-def _read_state_file(path: Path) -> tuple[dict, str]:
+def read_state_file(path: Path) -> tuple[dict, str]:
+    """(state, digest) of a `write_state_file` file; a damaged or foreign file raises `StateFileError`."""
     try:
         with np.load(path, allow_pickle=False) as data:
             header = json.loads(bytes(data["__header__"]).decode())
@@ -294,7 +297,8 @@ class DistributedPrioritizedSampler:
                              f"by the world size {self.world_size}; each rank trains batch_size / world_size "
                              f"examples a step")
         self.local_batch_size = sampler.batch_size // self.world_size
-        self._width = _HEADER + 3 * self.local_batch_size  # one gathered row: header + positions, indices, values
+        # int64 words of one rank's gathered record (header, positions, indices, values): grows if one is longer
+        self.gather_width = _HEADER + 3 * self.local_batch_size
         self.counters = {"feedback_gathers": 0, "gathered_bytes": 0}
 
     # ------------------------------------------------------------------ drawing
@@ -412,15 +416,15 @@ class DistributedPrioritizedSampler:
 
     def _gather(self, record: np.ndarray) -> list[np.ndarray]:
         """Every rank's record: one all-gather of fixed-width rows, a second, wider one only if a record is longer."""
-        row = np.zeros(self._width + 1, np.int64)
+        row = np.zeros(self.gather_width + 1, np.int64)
         row[0] = len(record)
-        row[1:1 + min(len(record), self._width)] = record[:self._width]
+        row[1:1 + min(len(record), self.gather_width)] = record[:self.gather_width]
         table = self.world.all_gather_rows(row)
         lengths = table[:, 0].astype(int)
         gathered = table.nbytes
-        if lengths.max() > self._width:
-            self._width = int(lengths.max())
-            row = np.zeros(self._width + 1, np.int64)
+        if lengths.max() > self.gather_width:
+            self.gather_width = int(lengths.max())
+            row = np.zeros(self.gather_width + 1, np.int64)
             row[0], row[1:1 + len(record)] = len(record), record
             table = self.world.all_gather_rows(row)
             gathered += table.nbytes

@@ -21,6 +21,7 @@ from safetensors.numpy import save_file as save_numpy_file
 from safetensors.torch import load_file as load_torch_file
 from safetensors.torch import save_file as save_torch_file
 
+from replayloader import shards
 from replayloader.checkpoint import flatten_state, unflatten_state
 
 from ..common import UserError
@@ -40,7 +41,7 @@ def save_checkpoint(directory: Path, step: int, config: Any, model: torch.nn.Mod
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     world.barrier()
-    _save_rank_state(tmp, world.rank, {"loader": loader_state, "rng": _capture_rng()})
+    _save_rank_state(tmp, world.shard, {"loader": loader_state, "rng": _capture_rng()})
     if world.is_main:
         tensors = {f"model/{name}": p.detach().cpu().contiguous() for name, p in model.named_parameters()}
         optimizer_state = optimizer.state_dict()
@@ -78,7 +79,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
         optimizer_state["state"][int(index)] = {key: tensors[f"optimizer/{index}/{key}"] for key in keys}
     optimizer.load_state_dict(optimizer_state)
     scheduler.load_state_dict(state["scheduler"])
-    rank_state = _load_rank_state(path, world.rank)
+    rank_state = _load_rank_state(path, world.shard)
     _restore_rng(rank_state["rng"])
     return int(state["step"]), rank_state["loader"]
 
@@ -103,27 +104,27 @@ def export_pair(pair: torch.nn.Module, tokenizer: Any, out_dir: Path) -> str:
 
 def check_world_size(path: Path, state: dict, ranks: int) -> None:
     """A checkpoint holds one replay shard and data position per rank, so it continues on that many ranks only."""
-    saved = int(state.get("world_size", 1))
-    if saved != ranks:
-        how = "plain python (one process)" if saved == 1 else f"torchrun with {saved} processes in total"
-        raise UserError(f"checkpoint {path} was written by {saved} rank(s) but this run has {ranks}; its replay "
-                        f"shards and data positions are per rank, so resume it with {how}")
+    try:
+        shards.check_world_size(int(state.get("world_size", 1)), ranks, f"checkpoint {path}",
+                                "its replay shards and data positions are per rank")
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
 
 
-def _rank_files(path: Path, rank: int) -> tuple[Path, Path]:
-    return path / f"rank-{rank:05d}.safetensors", path / f"rank-{rank:05d}.json"
+def _rank_files(path: Path, shard: shards.ReplayShard) -> tuple[Path, Path]:
+    return shard.file(path, ".safetensors"), shard.file(path, ".json")
 
 
-def _save_rank_state(path: Path, rank: int, state: dict) -> None:
+def _save_rank_state(path: Path, shard: shards.ReplayShard, state: dict) -> None:
     arrays, meta = flatten_state(state)
-    tensors, meta_file = _rank_files(path, rank)
+    tensors, meta_file = _rank_files(path, shard)
     save_numpy_file({k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.ascontiguousarray(v))
                      for k, v in arrays.items()}, str(tensors))
     meta_file.write_text(json.dumps(meta))
 
 
-def _load_rank_state(path: Path, rank: int) -> dict:
-    tensors, meta_file = _rank_files(path, rank)
+def _load_rank_state(path: Path, shard: shards.ReplayShard) -> dict:
+    tensors, meta_file = _rank_files(path, shard)
     return unflatten_state(load_numpy_file(str(tensors)), json.loads(meta_file.read_text()))
 
 
