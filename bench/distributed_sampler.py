@@ -8,9 +8,12 @@
 ``gather``: per step, the bytes every rank receives and the time of `update` (all-gather + applying the merged
 feedback) next to its parts: the bare collective, the local apply (what one process pays), and the draw; also
 the same feedback sent with ``all_gather_object`` (pickled dicts) instead of our fixed-width int64 tensor.
-``finetune``: the sampler's share (draw + update) of a DDP fine-tuning step of a tiny BERT, per rank.
+``finetune``: the sampler's share (draw + update) of a DDP fine-tuning step of a tiny BERT, per rank. A barrier
+before `update` takes the ranks' skew (one rank's step ending later), reported apart: without it `update`'s
+gather would absorb that wait, which DDP's next all-reduce absorbs otherwise.
 ``memory``: bytes per example held by one rank's replica (RSS and tracemalloc), in the warm-up pass and after.
-Each measurement is merged into ``results/distributed_sampler.json`` (raw figures), from which ``report`` prints
+Each collective is timed right after a barrier (the ranks in step, as after DDP's backward). Each measurement is
+merged into ``results/distributed_sampler.json`` (raw figures), from which ``report`` prints
 the tables. Times are medians over ``--steps`` steps after 20 unmeasured ones.
 """
 from __future__ import annotations
@@ -20,6 +23,7 @@ import datetime
 import gc
 import json
 import os
+import pickle
 import platform
 import resource
 import statistics
@@ -88,19 +92,20 @@ def gather(args: argparse.Namespace) -> None:
             batch, t = timed(shared.next_batch)
             draw.append(t)
             loss = torch.rand(len(batch), generator=torch.Generator().manual_seed(step * world + rank)) + 0.1
+            dist.barrier()  # each collective timed with the ranks in step (in training, DDP's backward syncs them)
             _, t = timed(lambda: shared.update(batch, loss=loss))
             update.append(t)
+            dist.barrier()
             _, t = timed(lambda: shared.world.all_gather_rows(row))
             collective.append(t)
             message = {"step": batch.step, "epoch": batch.epoch, "positions": batch.positions,
                        "indices": batch.indices, "loss": loss.numpy()}
+            dist.barrier()
             _, t = timed(lambda: shared.world.all_gather_objects(message))
             as_objects.append(t)
             whole = reference.next_batch()
             _, t = timed(lambda: reference.update(whole, loss=np.full(len(whole), 0.5)))
             apply.append(t)
-        import pickle
-
         rows.append({"world_size": world, "n": args.n, "global_batch": local * world, "local_batch": local,
                      "tensor_bytes_per_step": shared.counters["gathered_bytes"] // shared.counters["feedback_gathers"],
                      "object_bytes_per_step": world * len(pickle.dumps(message)),
@@ -135,7 +140,7 @@ def finetune(args: argparse.Namespace) -> None:
     model = torch.nn.parallel.DistributedDataParallel(BertForSequenceClassification(config))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     shared = DistributedPrioritizedSampler(make_sampler(args.n, args.local_batch * world))
-    sampler_time, step_time = [], []
+    sampler_time, step_time, wait_time = [], [], []
     for _ in range(WARM + args.steps):
         started = time.perf_counter()
         batch, t_draw = timed(shared.next_batch)
@@ -146,16 +151,18 @@ def finetune(args: argparse.Namespace) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        _, t_wait = timed(dist.barrier)  # the ranks' skew, which any collective (ours or DDP's next) absorbs
         _, t_update = timed(lambda: shared.update(batch, loss=per_example.detach()))
         sampler_time.append(t_draw + t_update)
+        wait_time.append(t_wait)
         step_time.append(time.perf_counter() - started)
-    times = torch.tensor([median_us(sampler_time), median_us(step_time)], dtype=torch.float64)
+    times = torch.tensor([median_us(sampler_time), median_us(step_time), median_us(wait_time)], dtype=torch.float64)
     everyone = [torch.empty_like(times) for _ in range(world)]
     dist.all_gather(everyone, times)
     if rank == 0:
         rows = [{"rank": r, "world_size": world, "n": args.n, "global_batch": args.local_batch * world,
                  "seq_len": args.seq_len, "model": "BERT 2 layers, hidden 128, 2 heads, vocab 1000",
-                 "sampler_us": t[0].item(), "step_us": t[1].item(),
+                 "sampler_us": t[0].item(), "step_us": t[1].item(), "skew_wait_us": t[2].item(),
                  "share_percent": round(100 * t[0].item() / t[1].item(), 3)} for r, t in enumerate(everyone)]
         record("finetune", "python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py "
                            "finetune", rows)
@@ -170,6 +177,11 @@ def rss_bytes() -> int:
 
 
 def memory(args: argparse.Namespace) -> None:
+    if args.distributed:
+        import torch.distributed as dist
+
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29591"))
+        dist.init_process_group("gloo", rank=0, world_size=1)
     make_sampler(1000, 32).next_batch()  # kernels compiled (or loaded from the cache) before measuring
     rows = []
     for n in args.sizes:
@@ -184,15 +196,25 @@ def memory(args: argparse.Namespace) -> None:
         sampler.epoch = sampler.warmup_epochs
         gc.collect()
         after, peak = tracemalloc.get_traced_memory()
+        row = {}
+        if args.distributed:  # wrapping it (a 1-process gloo group): the construction check digests the state
+            from replayloader.distributed import DistributedPrioritizedSampler
+
+            tracemalloc.reset_peak()
+            DistributedPrioritizedSampler(sampler)
+            row["wrap_peak_bytes_per_example"] = round(tracemalloc.get_traced_memory()[1] / n, 1)
         tracemalloc.stop()
         rows.append({"n": n, "bytes_per_example_warmup": round(in_warmup / n, 1),
                      "bytes_per_example_after": round(after / n, 1), "peak_bytes_per_example": round(peak / n, 1),
+                     **row,
                      "rss_bytes_per_example_warmup": round(rss_warmup / n, 1),
                      "tree_leaves": sampler.tree.n_leaves,
                      "tree_bytes_per_example": round(sampler.tree.nodes.nbytes / n, 1)})
         del sampler
         gc.collect()
-    record("memory", "python bench/distributed_sampler.py memory --sizes " + " ".join(map(str, args.sizes)), rows)
+    command = "python bench/distributed_sampler.py memory --sizes " + " ".join(map(str, args.sizes))
+    record("memory" + ("" if args.distributed else f"_{args.sizes[-1]:.0e}"),
+           command + (" --distributed" if args.distributed else ""), rows)
     print(json.dumps(rows, indent=1))
 
 
@@ -215,7 +237,7 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("gather")
     p.add_argument("--n", type=int, default=67_349)
-    p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256], help="per-rank batch sizes")
+    p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256, 1024], help="per-rank batch sizes")
     p.add_argument("--steps", type=int, default=300)
     p = sub.add_parser("finetune")
     p.add_argument("--n", type=int, default=67_349)
@@ -224,6 +246,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=60)
     p = sub.add_parser("memory")
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000_000])
+    p.add_argument("--distributed", action="store_true", help="also the peak while wrapping it")
     sub.add_parser("report")
     args = parser.parse_args(argv)
     {"gather": gather, "finetune": finetune, "memory": memory, "report": report}[args.command](args)

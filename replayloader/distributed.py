@@ -128,7 +128,7 @@ def state_digest(state: Mapping) -> str:
         array = to_numpy(arrays[name], name) if is_torch_tensor(arrays[name]) else np.asarray(arrays[name])
         array = np.ascontiguousarray(array)
         digest.update(f"{name}|{array.dtype.str}|{array.shape}".encode())
-        digest.update(array.tobytes())
+        digest.update(array.reshape(-1).view(np.uint8))  # the bytes in place, no copy
     return digest.hexdigest()
 
 
@@ -456,8 +456,10 @@ class DistributedPrioritizedSampler:
         for step in sorted(by_step):
             positions, indices, values = self._columns(by_step[step])
             order = np.argsort(positions, kind="stable")
-            _, first = np.unique(positions[order], return_index=True)  # a padded repeat: its first copy's value
-            keep = order[first]
+            ordered = positions[order]
+            first = np.ones(len(ordered), bool)
+            first[1:] = ordered[1:] != ordered[:-1]
+            keep = order[first]  # a padded repeat: its first copy's value
             whole = SampledBatch(indices[keep], np.ones(len(keep)), np.ones(len(keep)), int(by_step[step][0][2]),
                                  step)
             changed += self.sampler.update(whole, **{name: v[keep] for name, v in values.items()})
