@@ -1,20 +1,22 @@
 """DistributedPrioritizedSampler: what sharing one distribution across DDP ranks costs.
 
     python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py gather
-    python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py finetune
-    python bench/distributed_sampler.py memory --sizes 10000000
+    python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py finetune [--overlap]
+    python bench/distributed_sampler.py memory --sizes 10000000 --distributed
+    python bench/distributed_sampler.py memory --sizes 100000000
     python bench/distributed_sampler.py report          # the tables of results/distributed_sampler.md
 
 ``gather``: per step, the bytes every rank receives and the time of `update` (all-gather + applying the merged
 feedback) next to its parts: the bare collective, the local apply (what one process pays), and the draw; also
 the same feedback sent with ``all_gather_object`` (pickled dicts) instead of our fixed-width int64 tensor.
-``finetune``: the sampler's share (draw + update) of a DDP fine-tuning step of a tiny BERT, per rank. A barrier
-before `update` takes the ranks' skew (one rank's step ending later), reported apart: without it `update`'s
-gather would absorb that wait, which DDP's next all-reduce absorbs otherwise.
+``finetune``: the sampler's share (draw + update, called after the forward pass as in the recipes) of a DDP
+fine-tuning step of a tiny BERT, per rank, with and without ``--overlap``. A barrier before `update` takes the
+ranks' skew (one rank's forward ending later), reported apart: without it `update`'s gather would absorb that
+wait, which DDP's all-reduce absorbs otherwise.
 ``memory``: bytes per example held by one rank's replica (RSS and tracemalloc), in the warm-up pass and after.
-Each collective is timed right after a barrier (the ranks in step, as after DDP's backward). Each measurement is
-merged into ``results/distributed_sampler.json`` (raw figures), from which ``report`` prints
-the tables. Times are medians over ``--steps`` steps after 20 unmeasured ones.
+Each collective is timed right after a barrier (the ranks in step). Each measurement is merged into
+``results/distributed_sampler.json`` (raw figures), from which ``report`` prints the tables. Times are medians
+over ``--steps`` steps after 20 unmeasured ones.
 """
 from __future__ import annotations
 
@@ -116,6 +118,7 @@ def gather(args: argparse.Namespace) -> None:
         record("gather", "python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py gather",
                rows)
         print(json.dumps(rows, indent=1))
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -139,20 +142,20 @@ def finetune(args: argparse.Namespace) -> None:
                         intermediate_size=512, max_position_embeddings=args.seq_len, num_labels=2)
     model = torch.nn.parallel.DistributedDataParallel(BertForSequenceClassification(config))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    shared = DistributedPrioritizedSampler(make_sampler(args.n, args.local_batch * world))
+    shared = DistributedPrioritizedSampler(make_sampler(args.n, args.local_batch * world), overlap=args.overlap)
     sampler_time, step_time, wait_time = [], [], []
     for _ in range(WARM + args.steps):
         started = time.perf_counter()
-        batch, t_draw = timed(shared.next_batch)
+        batch, t_draw = timed(shared.next_batch)  # with overlap: also waits for the last gather and applies it
         index = torch.from_numpy(batch.indices)
         logits = model(input_ids=ids[index]).logits
         per_example = F.cross_entropy(logits, labels[index], reduction="none")
         loss = (per_example * torch.as_tensor(batch.weights, dtype=per_example.dtype)).mean()
+        _, t_wait = timed(dist.barrier)  # the ranks' skew, which any collective (ours or DDP's) absorbs
+        _, t_update = timed(lambda: shared.update(batch, loss=per_example.detach()))  # as in the recipes
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        _, t_wait = timed(dist.barrier)  # the ranks' skew, which any collective (ours or DDP's next) absorbs
-        _, t_update = timed(lambda: shared.update(batch, loss=per_example.detach()))
         sampler_time.append(t_draw + t_update)
         wait_time.append(t_wait)
         step_time.append(time.perf_counter() - started)
@@ -160,13 +163,15 @@ def finetune(args: argparse.Namespace) -> None:
     everyone = [torch.empty_like(times) for _ in range(world)]
     dist.all_gather(everyone, times)
     if rank == 0:
-        rows = [{"rank": r, "world_size": world, "n": args.n, "global_batch": args.local_batch * world,
+        rows = [{"overlap": args.overlap, "rank": r, "world_size": world, "n": args.n, "global_batch": args.local_batch * world,
                  "seq_len": args.seq_len, "model": "BERT 2 layers, hidden 128, 2 heads, vocab 1000",
                  "sampler_us": t[0].item(), "step_us": t[1].item(), "skew_wait_us": t[2].item(),
                  "share_percent": round(100 * t[0].item() / t[1].item(), 3)} for r, t in enumerate(everyone)]
-        record("finetune", "python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py "
-                           "finetune", rows)
+        record("finetune" + ("_overlap" if args.overlap else ""), "python -m torch.distributed.run "
+               "--nproc_per_node=2 bench/distributed_sampler.py finetune" + (" --overlap" if args.overlap else ""),
+               rows)
         print(json.dumps(rows, indent=1))
+    dist.barrier()
     dist.destroy_process_group()
 
 
@@ -244,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--local-batch", type=int, default=16)
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--overlap", action="store_true", help="DistributedPrioritizedSampler(overlap=True)")
     p = sub.add_parser("memory")
     p.add_argument("--sizes", type=int, nargs="+", default=[10_000_000])
     p.add_argument("--distributed", action="store_true", help="also the peak while wrapping it")

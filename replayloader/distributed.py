@@ -37,7 +37,7 @@ import hashlib
 import io
 import json
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,10 +80,19 @@ class ProcessGroup:
 
     def all_gather_rows(self, row: np.ndarray) -> np.ndarray:
         """Every rank's int64 ``row`` (all of one length), as a (size, len) array in rank order."""
+        return self.start_all_gather_rows(row)()
+
+    def start_all_gather_rows(self, row: np.ndarray) -> Callable[[], np.ndarray]:
+        """`all_gather_rows` started in the background; call the result to wait for it and get the table."""
         local = self.torch.from_numpy(np.ascontiguousarray(row, np.int64)).to(self.device)
         table = self.torch.empty(self.size * len(row), dtype=self.torch.int64, device=self.device)
-        self._gather_single(table, local, group=self.group)
-        return table.cpu().numpy().reshape(self.size, len(row))
+        work = self._gather_single(table, local, group=self.group, async_op=True)
+
+        def finish() -> np.ndarray:
+            work.wait()
+            return table.cpu().numpy().reshape(self.size, len(row))
+
+        return finish
 
     def all_gather_objects(self, value: Any) -> list:
         everyone: list = [None] * self.size
@@ -275,9 +284,13 @@ class DistributedPrioritizedSampler:
             world size.
         group: a torch.distributed process group (default: the default group).
         dataset_size: ``len(dataset)`` on this rank, checked (on every rank) to equal ``sampler.num_examples``.
+        overlap: run each update's gather in the background, completed at the next draw, so its latency hides
+            behind the backward pass when `update` comes right after the forward pass (the recipes do this).
+            The draws are the same either way; only `sampler` itself lags one update until then (`settle`).
     """
 
-    def __init__(self, sampler: PrioritizedSampler, group: Any = None, dataset_size: int | None = None) -> None:
+    def __init__(self, sampler: PrioritizedSampler, group: Any = None, dataset_size: int | None = None,
+                 overlap: bool = False) -> None:
         if not isinstance(sampler, PrioritizedSampler):
             raise TypeError(f"sampler must be a PrioritizedSampler, got {type(sampler).__name__}")
         self.world = ProcessGroup(group)
@@ -300,6 +313,8 @@ class DistributedPrioritizedSampler:
         # int64 words of one rank's gathered record (header, positions, indices, values): grows if one is longer
         self.gather_width = _HEADER + 3 * self.local_batch_size
         self.counters = {"feedback_gathers": 0, "gathered_bytes": 0}
+        self.overlap = bool(overlap)
+        self._in_flight: tuple[np.ndarray, Callable[[], np.ndarray]] | None = None
 
     # ------------------------------------------------------------------ drawing
     @property
@@ -322,28 +337,46 @@ class DistributedPrioritizedSampler:
 
     def next_batch(self) -> RankBatch:
         """Draw the next global batch (identically on every rank) and return this rank's share."""
+        self.settle()
         return self.share(self.sampler.next_batch())
 
     def __iter__(self) -> Iterator[RankBatch]:
         """This rank's shares of the remaining batches of the current epoch."""
-        return (self.share(whole) for whole in self.sampler)
+        epoch = self.epoch
+        while self.epoch == epoch:
+            yield self.next_batch()
 
     def probabilities(self, indices: Any = None) -> np.ndarray:
+        self.settle()
         return self.sampler.probabilities(indices)
 
     def stats(self) -> dict[str, float]:
         """The shared sampler's statistics (the same on every rank) plus this rank's gather counters."""
+        self.settle()
         return {**self.sampler.stats(), **self.counters}
 
     # ------------------------------------------------------------------ feedback
-    def update(self, batch: RankBatch | SampledBatch | Any | None, **feedback: Any) -> int:
+    def update(self, batch: RankBatch | SampledBatch | Any | None, **feedback: Any) -> int | None:
         """Collective: every rank calls it (``batch=None`` joins with no feedback). Gathers all ranks' feedback and
         applies it on every rank in one order (see the module doc); returns how many weights changed in all.
 
         Feedback is checked on its own rank first; if any rank's is bad, every rank raises and nothing changes.
+        With ``overlap=True`` the gather runs in the background and this returns None at once; the next draw
+        (or any call that reads the state, or `settle`) waits for it and applies the feedback.
         """
+        self.settle()
         record = self._encode(batch, feedback)
-        records = self._gather(record)
+        self._in_flight = (record, self._start_gather(record))
+        return self.settle() if not self.overlap or record[0] != 0 else None
+
+    def settle(self) -> int:
+        """Finish an update whose gather is in flight: wait for it and apply the merged feedback (returns how many
+        weights changed; 0 with nothing in flight). Draws and state reads call it themselves."""
+        if self._in_flight is None:
+            return 0
+        record, finish = self._in_flight
+        self._in_flight = None
+        records = self._finish_gather(record, finish)
         for rank, row in enumerate(records):
             if row[0] != 0 and rank != self.rank:
                 raise ValueError(f"rank {rank} rejected its feedback (its own error says why); nothing changed")
@@ -414,12 +447,16 @@ class DistributedPrioritizedSampler:
             return {key: check_feedback_array(key, reduced, k, "indices")}
         return {name: value for name, value in checked.items()}
 
-    def _gather(self, record: np.ndarray) -> list[np.ndarray]:
-        """Every rank's record: one all-gather of fixed-width rows, a second, wider one only if a record is longer."""
+    def _start_gather(self, record: np.ndarray) -> Callable[[], np.ndarray]:
+        """One all-gather of fixed-width rows, started (`_finish_gather` completes it)."""
         row = np.zeros(self.gather_width + 1, np.int64)
         row[0] = len(record)
         row[1:1 + min(len(record), self.gather_width)] = record[:self.gather_width]
-        table = self.world.all_gather_rows(row)
+        return self.world.start_all_gather_rows(row)
+
+    def _finish_gather(self, record: np.ndarray, finish: Callable[[], np.ndarray]) -> list[np.ndarray]:
+        """Every rank's record; a second, wider gather only if some rank's record was longer than a row."""
+        table = finish()
         lengths = table[:, 0].astype(int)
         gathered = table.nbytes
         if lengths.max() > self.gather_width:
@@ -483,11 +520,13 @@ class DistributedPrioritizedSampler:
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
         """The shared sampler's state: the same on every rank and independent of the world size."""
+        self.settle()
         return self.sampler.state_dict()
 
     def load_state_dict(self, state: Mapping) -> None:
         """Collective: load ``state`` (e.g. from `load_shared_state`, also one written by another world size or by
         one process) on every rank; every rank raises if any rank cannot load it or the ranks now differ."""
+        self.settle()
         self.world.agree(lambda: self.sampler.load_state_dict(state), "load_state_dict")
         digests = self.world.all_gather_objects(state_digest(self.sampler.state_dict()))
         if len(set(digests)) > 1:

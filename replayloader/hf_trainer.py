@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
 from .distributed import DistributedPrioritizedSampler, check_dataset_size
 from .sampler import PrioritizedSampler
@@ -36,6 +36,16 @@ PerExampleLoss = Callable[[Any, torch.Tensor], torch.Tensor]
 def cross_entropy_per_example(outputs: Any, labels: torch.Tensor) -> torch.Tensor:
     """Per-example cross-entropy of a classification head's ``outputs.logits``; shape (batch,)."""
     return F.cross_entropy(outputs.logits.float(), labels, reduction="none")
+
+
+class _SettleAtTrainEnd(TrainerCallback):
+    """The last step's feedback, still in flight under several processes, is applied when training ends."""
+
+    def __init__(self, batches: PrioritizedBatchSampler) -> None:
+        self.batches = batches
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.batches.settle()
 
 
 class PrioritizedTrainer(Trainer):
@@ -52,10 +62,12 @@ class PrioritizedTrainer(Trainer):
         size = None if self.train_dataset is None else len(self.train_dataset)
         self.distributed = self.accelerator.num_processes > 1
         if self.distributed:  # checks the dataset size on every rank, so a mismatch on one rank stops them all
-            sampler = DistributedPrioritizedSampler(sampler, dataset_size=size)
+            # the feedback's gather, started in compute_loss, runs during the backward pass
+            sampler = DistributedPrioritizedSampler(sampler, dataset_size=size, overlap=True)
         else:
             check_dataset_size(sampler, size)
         self.batch_sampler = PrioritizedBatchSampler(sampler)
+        self.add_callback(_SettleAtTrainEnd(self.batch_sampler))
         self.per_example_loss = per_example_loss
         # compute_loss returns a per-batch mean: the Trainer must divide it by the accumulation steps itself
         self.model_accepts_loss_kwargs = False

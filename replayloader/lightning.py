@@ -44,7 +44,7 @@ class PrioritizedModule(pl.LightningModule):
         """A DataLoader of ``dataset`` whose batches the sampler draws (under DDP: this rank's share of each)."""
         if self.batches is None:
             if self.trainer.world_size > 1:  # checks the sampler and dataset size on every rank
-                sampler = DistributedPrioritizedSampler(self.sampler, dataset_size=len(dataset))
+                sampler = DistributedPrioritizedSampler(self.sampler, dataset_size=len(dataset), overlap=True)
             else:
                 check_dataset_size(self.sampler, len(dataset))
                 sampler = self.sampler
@@ -59,10 +59,14 @@ class PrioritizedModule(pl.LightningModule):
         return self.batches.next_batch_info()
 
     def prioritized_loss(self, info: SampledBatch, per_example: torch.Tensor, **feedback: Any) -> torch.Tensor:
-        """Feed the per-example losses back (``loss=``, unless other ``feedback`` is given; a collective under DDP)
-        and return their importance-weighted mean."""
+        """Feed the per-example losses back (``loss=``, unless other ``feedback`` is given; a collective under DDP,
+        whose gather runs during the backward pass) and return their importance-weighted mean."""
         self.batches.update(info, **(feedback or {"loss": per_example.detach()}))
         return (per_example * self.batches.importance_weights(info, per_example)).mean()
+
+    def on_train_end(self) -> None:
+        if self.batches is not None:
+            self.batches.settle()  # the last step's feedback, still in flight under DDP
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         if self.batches is not None:

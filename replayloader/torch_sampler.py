@@ -77,6 +77,12 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
                                "returned, after it returned it")
         return self._handed_out.popleft()
 
+    def settle(self) -> None:
+        """Apply feedback still in flight (a `DistributedPrioritizedSampler` with ``overlap=True``), e.g. when
+        training ends; nothing to do for one process."""
+        if isinstance(self.sampler, DistributedPrioritizedSampler):
+            self.sampler.settle()
+
     def importance_weights(self, batch: SampledBatch, like: torch.Tensor) -> torch.Tensor:
         """The batch's importance weights as a tensor of ``like``'s dtype and device (to scale per-example losses)."""
         return torch.as_tensor(batch.weights, dtype=like.dtype).to(like.device, non_blocking=True)

@@ -156,8 +156,9 @@ def core(out: Path) -> dict:
     from tests.distributed import scenario as sc
 
     ensure_group()
-    report = {"equivalence": sc.drive(DistributedPrioritizedSampler(sc.make_sampler()),
-                                      sc.EPOCHS * sc.STEPS_PER_EPOCH)}
+    steps = sc.EPOCHS * sc.STEPS_PER_EPOCH
+    report = {"equivalence": sc.drive(DistributedPrioritizedSampler(sc.make_sampler()), steps),
+              "equivalence_overlap": sc.drive(DistributedPrioritizedSampler(sc.make_sampler(), overlap=True), steps)}
     batches = PrioritizedBatchSampler(DistributedPrioritizedSampler(sc.make_sampler()))
 
     def save(count: int) -> None:
@@ -205,6 +206,9 @@ def bad_input(out: Path) -> dict:
     errors["nan_on_rank_1"] = error_of(lambda: shared.update(batch, loss=bad))
     errors["unchanged_after_rejection"] = state_digest(shared.state_dict()) == before
     errors["good_update_after_rejection"] = error_of(lambda: shared.update(batch, loss=loss))
+    overlapped = Shared(sc.make_sampler(), overlap=True)
+    drawn = overlapped.next_batch()
+    errors["overlap_nan_on_rank_1"] = error_of(lambda: (overlapped.update(drawn, loss=bad), overlapped.next_batch()))
     if rank == 1:
         shared.next_batch()  # rank 1 runs ahead by one draw
     errors["diverged"] = error_of(lambda: shared.update(batch, loss=loss))

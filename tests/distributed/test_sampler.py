@@ -15,8 +15,9 @@ def shares(reports: list[dict], name: str) -> list[list[dict]]:
     return [report["core"][name] for report in reports]
 
 
-def test_two_ranks_with_half_batches_draw_exactly_what_one_process_draws(torchrun_reports, one_process):
-    two = sc.assemble(shares(torchrun_reports, "equivalence"))
+@pytest.mark.parametrize("run", ["equivalence", "equivalence_overlap"])
+def test_two_ranks_with_half_batches_draw_exactly_what_one_process_draws(torchrun_reports, one_process, run):
+    two = sc.assemble(shares(torchrun_reports, run))
     one = sc.assemble([one_process["equivalence"]])
     assert two == one  # indices, probabilities and importance weights, bit for bit
     assert {b["epoch"] for b in one} == set(range(sc.EPOCHS))
@@ -82,6 +83,9 @@ def test_bad_feedback_on_one_rank_is_rejected_on_both_and_changes_nothing(torchr
     assert "loss must be finite and >= 0; loss[0] = nan" in rank1["nan_on_rank_1"]
     assert rank0["unchanged_after_rejection"] and rank1["unchanged_after_rejection"]
     assert rank0["good_update_after_rejection"] is None and rank1["good_update_after_rejection"] is None
+    # overlapped: rank 1 raises at its update, rank 0 at its next draw, which waits for the gather
+    assert "rank 1 rejected its feedback" in rank0["overlap_nan_on_rank_1"]
+    assert "loss[0] = nan" in rank1["overlap_nan_on_rank_1"]
 
 
 def test_the_readme_example_keeps_both_ranks_identical_and_its_file_loads_in_one_process(torchrun_reports,
