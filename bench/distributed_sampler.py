@@ -143,7 +143,7 @@ def finetune(args: argparse.Namespace) -> None:
     model = torch.nn.parallel.DistributedDataParallel(BertForSequenceClassification(config))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     shared = DistributedPrioritizedSampler(make_sampler(args.n, args.local_batch * world), overlap=args.overlap)
-    sampler_time, step_time, wait_time = [], [], []
+    sampler_time, step_time, wait_time, draw_time = [], [], [], []
     for _ in range(WARM + args.steps):
         started = time.perf_counter()
         batch, t_draw = timed(shared.next_batch)  # with overlap: also waits for the last gather and applies it
@@ -157,15 +157,18 @@ def finetune(args: argparse.Namespace) -> None:
         loss.backward()
         optimizer.step()
         sampler_time.append(t_draw + t_update)
+        draw_time.append(t_draw)
         wait_time.append(t_wait)
         step_time.append(time.perf_counter() - started)
-    times = torch.tensor([median_us(sampler_time), median_us(step_time), median_us(wait_time)], dtype=torch.float64)
+    times = torch.tensor([median_us(sampler_time), median_us(step_time), median_us(wait_time),
+                          median_us(draw_time)], dtype=torch.float64)
     everyone = [torch.empty_like(times) for _ in range(world)]
     dist.all_gather(everyone, times)
     if rank == 0:
         rows = [{"overlap": args.overlap, "rank": r, "world_size": world, "n": args.n, "global_batch": args.local_batch * world,
                  "seq_len": args.seq_len, "model": "BERT 2 layers, hidden 128, 2 heads, vocab 1000",
-                 "sampler_us": t[0].item(), "step_us": t[1].item(), "skew_wait_us": t[2].item(),
+                 "sampler_us": t[0].item(), "of_which_draw_us": t[3].item(), "step_us": t[1].item(),
+                 "skew_wait_us": t[2].item(),
                  "share_percent": round(100 * t[0].item() / t[1].item(), 3)} for r, t in enumerate(everyone)]
         record("finetune" + ("_overlap" if args.overlap else ""), "python -m torch.distributed.run "
                "--nproc_per_node=2 bench/distributed_sampler.py finetune" + (" --overlap" if args.overlap else ""),
