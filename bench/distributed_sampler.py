@@ -165,7 +165,8 @@ def finetune(args: argparse.Namespace) -> None:
     everyone = [torch.empty_like(times) for _ in range(world)]
     dist.all_gather(everyone, times)
     if rank == 0:
-        rows = [{"overlap": args.overlap, "rank": r, "world_size": world, "n": args.n, "global_batch": args.local_batch * world,
+        rows = [{"overlap": args.overlap, "rank": r, "world_size": world, "n": args.n,
+                 "global_batch": args.local_batch * world,
                  "seq_len": args.seq_len, "model": "BERT 2 layers, hidden 128, 2 heads, vocab 1000",
                  "sampler_us": t[0].item(), "of_which_draw_us": t[3].item(), "step_us": t[1].item(),
                  "skew_wait_us": t[2].item(),

@@ -13,8 +13,9 @@ weights popped for the loss and the feedback would belong to another batch (issu
 batch to the device itself (``_prepare_inputs``).
 
 Resuming a Trainer checkpoint restores the model and optimizer, not the sampler: save
-``trainer.batch_sampler.state_dict()`` yourself and pass ``ignore_data_skip=True`` (the sampler already knows
-where its epoch stands, so the Trainer must not skip batches again).
+``trainer.batch_sampler.state_dict()`` yourself (on several processes: ``save_shared_state(...)`` on every rank,
+one file) and pass ``ignore_data_skip=True`` (the sampler already knows where its epoch stands, so the Trainer
+must not skip batches again).
 """
 from __future__ import annotations
 

@@ -93,7 +93,8 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
 
     def state_dict(self) -> dict:
         """The sampler's state plus the batches it drew that the loop has not received yet."""
-        wholes = [b if getattr(b, "whole", None) is None else b.whole for b in self._handed_out]  # a rank's share: its global batch
+        # a rank's share is kept as its global batch, so the state resumes on any number of ranks
+        wholes = [b if getattr(b, "whole", None) is None else b.whole for b in self._handed_out]
         pending = [{"indices": b.indices.copy(), "weights": b.weights.copy(), "probabilities": b.probabilities.copy(),
                     "epoch": b.epoch, "step": b.step} for b in wholes]
         return {"sampler": self.sampler.state_dict(), "pending": pending}
