@@ -3,6 +3,7 @@ these tests cost)."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 
@@ -14,7 +15,7 @@ from replayloader import PrioritizedBatchSampler  # noqa: E402
 from replayloader.distributed import save_shared_state  # noqa: E402
 
 from . import scenario as sc  # noqa: E402
-from .launch import accelerate_launch, torchrun  # noqa: E402
+from .launch import accelerate_launch, launch, torchrun  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -33,10 +34,16 @@ def one_process(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def torchrun_reports(one_process) -> list[dict]:
-    """One torchrun launch: the README example, the sampler's checks, the Hugging Face Trainer and Lightning."""
-    optional = [job for job, package in (("hf_trainer", "transformers"), ("lightning", "lightning"))
-                if importlib.util.find_spec(package) is not None]  # their tests skip without the package
+    """One torchrun launch: the README example, the sampler's checks and the Hugging Face Trainer."""
+    optional = ["hf_trainer"] if importlib.util.find_spec("transformers") is not None else []  # else it skips
     return torchrun(one_process["out"], ["readme", "core", *optional])
+
+
+@pytest.fixture(scope="session")
+def lightning_reports(tmp_path_factory) -> list[dict]:
+    """``python jobs.py OUT lightning``: Lightning's own launcher starts the second process (devices=2)."""
+    pytest.importorskip("lightning")
+    return launch([sys.executable], tmp_path_factory.mktemp("lightning"), ["lightning"])
 
 
 @pytest.fixture(scope="session")

@@ -81,7 +81,8 @@ LIGHTNING_EXAMPLES, LIGHTNING_BATCH, LIGHTNING_EPOCHS = 64, 16, 3
 
 def lightning(out: Path) -> dict:
     """`PrioritizedModule` under ``Trainer(strategy="ddp")`` for 3 epochs, checkpointing every epoch; then a second
-    run resumed from the checkpoint after epoch 2 (index 1). Per step: the indices trained on and fed back."""
+    run resumed from the checkpoint after epoch 2 (index 1). Per step: the indices trained on and fed back.
+    Started as ``python jobs.py OUT lightning``: Lightning's launcher re-runs the command for the second rank."""
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import ModelCheckpoint
     from torch.nn import functional as F
@@ -228,8 +229,8 @@ JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": l
 def main() -> None:
     out, names = Path(sys.argv[1]), sys.argv[2:]
     torch.set_num_threads(1)
-    rank = int(os.environ.get("RANK", 0))
     report = {name: JOBS[name](out) for name in names}
+    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))  # Lightning's own launcher: LOCAL_RANK
     (out / f"report-{rank}.json").write_text(json.dumps(report))
 
 

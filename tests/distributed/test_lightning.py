@@ -1,6 +1,6 @@
-"""`PrioritizedModule` under Lightning's ``Trainer(strategy="ddp")`` on 2 gloo CPU processes (in the torchrun launch
-of conftest.py): each rank feeds back the batch it trained on, the ranks stay identical, and a run resumed from
-a Lightning checkpoint continues exactly."""
+"""`PrioritizedModule` under Lightning's ``Trainer(strategy="ddp")`` on 2 gloo CPU processes started by Lightning's
+own launcher (``python script.py``, devices=2): each rank feeds back the batch it trained on, the ranks stay
+identical, and a run resumed from a Lightning checkpoint continues exactly."""
 from __future__ import annotations
 
 import pytest
@@ -13,8 +13,8 @@ STEPS = LIGHTNING_EXAMPLES // LIGHTNING_BATCH
 
 
 @pytest.fixture(scope="module")
-def runs(torchrun_reports):
-    return [report["lightning"] for report in torchrun_reports]
+def runs(lightning_reports):
+    return [report["lightning"] for report in lightning_reports]
 
 
 def test_each_rank_feeds_back_its_own_share_of_every_batch(runs):
