@@ -171,8 +171,29 @@ def core(out: Path) -> dict:
         resumed = PrioritizedBatchSampler(DistributedPrioritizedSampler(sc.make_sampler()))
         resumed.load_state_dict(load_shared_state(out / path))
         report[name] = sc.train(resumed, sc.TOTAL - sc.SAVE_AT)
+    report["ragged"] = ragged()
     report["errors"] = bad_input(out)
     return report
+
+
+def ragged() -> dict:
+    """Ranks feeding back different amounts: rank 1 sends the whole global batch as plain indices (longer than a
+    gathered row: the wider second gather), then nothing (``update(None)``) while rank 0 sends its share."""
+    from replayloader.distributed import DistributedPrioritizedSampler, state_digest
+    from tests.distributed import scenario as sc
+
+    rank = dist.get_rank()
+    shared = DistributedPrioritizedSampler(sc.make_sampler())
+    batch = shared.next_batch()
+    if rank == 0:
+        shared.update(batch, loss=sc.loss_of(batch.indices, batch.epoch))
+    else:
+        shared.update(batch.whole.indices, loss=sc.loss_of(batch.whole.indices, batch.epoch))
+    batch = shared.next_batch()
+    shared.update(batch if rank == 0 else None, **({"loss": sc.loss_of(batch.indices, batch.epoch)}
+                                                   if rank == 0 else {}))
+    return {"digest": state_digest(shared.state_dict()), "gathers": shared.counters["feedback_gathers"],
+            "bytes": shared.counters["gathered_bytes"], "width": shared.gather_width}
 
 
 def error_of(action) -> str | None:

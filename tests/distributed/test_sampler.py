@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replayloader import PrioritizedBatchSampler, PrioritizedSampler
-from replayloader.distributed import load_shared_state
+from replayloader import PrioritizedBatchSampler, PrioritizedSampler, SampledBatch
+from replayloader.distributed import load_shared_state, state_digest
 
 from . import scenario as sc
 
@@ -58,6 +58,22 @@ def test_the_checkpoint_is_one_file_and_resumes_in_one_process(torchrun_reports,
 def test_a_one_process_checkpoint_resumes_on_two_ranks(torchrun_reports, one_process):
     resumed = sc.assemble(shares(torchrun_reports, "from_one_process"))
     assert resumed == sc.assemble([one_process["uninterrupted"]])[sc.SAVE_AT:]
+
+
+def test_ragged_feedback_is_applied_in_one_order_on_every_rank(torchrun_reports):
+    one = sc.make_sampler()  # what the ranks' merged feedback amounts to: rank 0's share of each step first,
+    share = [0, 2, 4, 6]     # then rank 1's plain indices (the whole first batch), then rank 0's share alone
+    for plain in (True, False):
+        whole = one.next_batch()
+        part = SampledBatch(whole.indices[share], whole.weights[share], whole.probabilities[share], whole.epoch,
+                            whole.step)
+        one.update(part, loss=sc.loss_of(part.indices, part.epoch))
+        if plain:
+            one.update(whole.indices, loss=sc.loss_of(whole.indices, whole.epoch))
+    reports = [report["core"]["ragged"] for report in torchrun_reports]
+    assert reports[0] == reports[1] and reports[0]["digest"] == state_digest(one.state_dict())
+    narrow = 8 * 2 * (1 + 11 + 3 * sc.B // 2)  # two ranks' rows of header + positions, indices, values
+    assert reports[0]["gathers"] == 2 and reports[0]["bytes"] > 2 * narrow  # the wider second gather ran
 
 
 @pytest.mark.parametrize("case, message", [
