@@ -6,9 +6,17 @@ Optional module (needs torch, transformers and accelerate). Two overrides, both 
 computes the per-example loss, feeds it back to the sampler, and returns its importance-weighted mean.
 Evaluation is untouched (the model is not in training mode there).
 
+Several processes (torchrun, accelerate launch): the sampler becomes a `DistributedPrioritizedSampler` (its
+``batch_size`` is the global batch, each process trains batch_size / world_size examples a step), and the train
+DataLoader is NOT passed through ``accelerator.prepare``: Accelerate would wrap the batch sampler in its
+``BatchSamplerShard`` and hand each process every W-th batch of its own sampler, so the indices and importance
+weights popped for the loss and the feedback would belong to another batch (issue 23). The Trainer moves each
+batch to the device itself (``_prepare_inputs``).
+
 Resuming a Trainer checkpoint restores the model and optimizer, not the sampler: save
-``trainer.batch_sampler.state_dict()`` yourself and pass ``ignore_data_skip=True`` (the sampler already knows
-where its epoch stands, so the Trainer must not skip batches again).
+``trainer.batch_sampler.state_dict()`` yourself (on several processes: ``save_shared_state(...)`` on every rank,
+one file) and pass ``ignore_data_skip=True`` (the sampler already knows where its epoch stands, so the Trainer
+must not skip batches again).
 """
 from __future__ import annotations
 
@@ -18,8 +26,9 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
+from .distributed import DistributedPrioritizedSampler, check_dataset_size
 from .sampler import PrioritizedSampler
 from .selection import Selection, Selector
 from .torch_sampler import PrioritizedBatchSampler
@@ -33,6 +42,16 @@ def cross_entropy_per_example(outputs: Any, labels: torch.Tensor) -> torch.Tenso
     return F.cross_entropy(outputs.logits.float(), labels, reduction="none")
 
 
+class _SettleAtTrainEnd(TrainerCallback):
+    """The last step's feedback, still in flight under several processes, is applied when training ends."""
+
+    def __init__(self, batches: PrioritizedBatchSampler) -> None:
+        self.batches = batches
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.batches.settle()
+
+
 class PrioritizedTrainer(Trainer):
     """`Trainer` with prioritized training batches; ``sampler.batch_size`` replaces the per-device batch size.
 
@@ -44,10 +63,15 @@ class PrioritizedTrainer(Trainer):
     def __init__(self, *args: Any, sampler: PrioritizedSampler,
                  per_example_loss: PerExampleLoss = cross_entropy_per_example, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        if self.train_dataset is not None and len(self.train_dataset) != sampler.num_examples:
-            raise ValueError(f"sampler covers {sampler.num_examples} examples but train_dataset has "
-                             f"{len(self.train_dataset)}")
+        size = None if self.train_dataset is None else len(self.train_dataset)
+        self.distributed = self.accelerator.num_processes > 1
+        if self.distributed:  # checks the dataset size on every rank, so a mismatch on one rank stops them all
+            # the feedback's gather, started in compute_loss, runs during the backward pass
+            sampler = DistributedPrioritizedSampler(sampler, dataset_size=size, overlap=True)
+        else:
+            check_dataset_size(sampler, size)
         self.batch_sampler = PrioritizedBatchSampler(sampler)
+        self.add_callback(_SettleAtTrainEnd(self.batch_sampler))
         self.per_example_loss = per_example_loss
         # compute_loss returns a per-batch mean: the Trainer must divide it by the accumulation steps itself
         self.model_accepts_loss_kwargs = False
@@ -58,7 +82,7 @@ class PrioritizedTrainer(Trainer):
             dataset = self._remove_unused_columns(dataset, description="training")  # as the Trainer's own loader
         loader = DataLoader(dataset, batch_sampler=self.batch_sampler, collate_fn=self.data_collator,
                             num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
-        return self.accelerator.prepare(loader)
+        return loader if self.distributed else self.accelerator.prepare(loader)  # see the module doc
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if not model.training:

@@ -15,6 +15,10 @@ Exact resume through a DataLoader: `state_dict()` holds the sampler and the batc
 received by the loop (prefetched); after `load_state_dict`, the next ``iter()`` yields those first, then draws
 on. With the same ``num_workers`` and ``prefetch_factor``, the resumed run sees the batches the uninterrupted
 run would have seen (tested).
+
+Several processes: pass a `DistributedPrioritizedSampler`; each rank's DataLoader then yields that rank's share
+of every global batch, and `update` is a collective (every rank calls it once per batch). Pending batches are
+checkpointed whole (global), so a state resumes on any number of ranks.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from .distributed import DistributedPrioritizedSampler, advance_to_epoch
 from .sampler import PrioritizedSampler, SampledBatch
 from .state_checks import array, field, integer, require
 
@@ -38,9 +43,10 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
     the rest of it after `load_state_dict` of a mid-epoch checkpoint).
     """
 
-    def __init__(self, sampler: PrioritizedSampler) -> None:
-        if not isinstance(sampler, PrioritizedSampler):
-            raise TypeError(f"sampler must be a PrioritizedSampler, got {type(sampler).__name__}")
+    def __init__(self, sampler: PrioritizedSampler | DistributedPrioritizedSampler) -> None:
+        if not isinstance(sampler, (PrioritizedSampler, DistributedPrioritizedSampler)):
+            raise TypeError(f"sampler must be a PrioritizedSampler or a DistributedPrioritizedSampler, got "
+                            f"{type(sampler).__name__}")
         self.sampler = sampler
         self._handed_out: deque[SampledBatch] = deque()
         self._replay: deque[SampledBatch] = deque()  # drawn before a checkpoint, not yet received by the loop
@@ -57,6 +63,14 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
             self._handed_out.append(batch)
             yield batch.indices.tolist()
 
+    def set_epoch(self, epoch: int) -> None:
+        """What frameworks call at each epoch start; see `distributed.advance_to_epoch`. Batches drawn ahead for
+        an epoch that is being skipped are dropped."""
+        if epoch != self.sampler.epoch:
+            self._handed_out.clear()
+            self._replay.clear()
+        advance_to_epoch(self.sampler, epoch)
+
     def next_batch_info(self) -> SampledBatch:
         """The `SampledBatch` (indices, importance weights, probabilities, epoch) of the next batch the
         DataLoader returns, oldest first."""
@@ -64,6 +78,12 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
             raise RuntimeError("no batch is waiting: next_batch_info() is called once per batch the DataLoader "
                                "returned, after it returned it")
         return self._handed_out.popleft()
+
+    def settle(self) -> None:
+        """Apply feedback still in flight (a `DistributedPrioritizedSampler` with ``overlap=True``), e.g. when
+        training ends; nothing to do for one process."""
+        if isinstance(self.sampler, DistributedPrioritizedSampler):
+            self.sampler.settle()
 
     def importance_weights(self, batch: SampledBatch, like: torch.Tensor) -> torch.Tensor:
         """The batch's importance weights as a tensor of ``like``'s dtype and device (to scale per-example losses)."""
@@ -75,8 +95,10 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
 
     def state_dict(self) -> dict:
         """The sampler's state plus the batches it drew that the loop has not received yet."""
+        # a rank's share is kept as its global batch, so the state resumes on any number of ranks
+        wholes = [b if getattr(b, "whole", None) is None else b.whole for b in self._handed_out]
         pending = [{"indices": b.indices.copy(), "weights": b.weights.copy(), "probabilities": b.probabilities.copy(),
-                    "epoch": b.epoch, "step": b.step} for b in self._handed_out]
+                    "epoch": b.epoch, "step": b.step} for b in wholes]
         return {"sampler": self.sampler.state_dict(), "pending": pending}
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -94,4 +116,5 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
                                         integer(batch, "epoch", where, 0), integer(batch, "step", where, 0)))
         self.sampler.load_state_dict(field(state, "sampler", "batch sampler state"))
         self._handed_out.clear()
-        self._replay = deque(batches)
+        share = getattr(self.sampler, "share", lambda whole: whole)  # a rank's slice of a distributed batch
+        self._replay = deque(share(batch) for batch in batches)

@@ -40,6 +40,7 @@ from safetensors.numpy import save_file as save_numpy_file
 from safetensors.torch import load_file as load_torch_file
 from safetensors.torch import save_file as save_torch_file
 
+from replayloader import shards
 from replayloader.atomic import atomic_directory, is_temporary, sha256_bytes, sha256_file
 from replayloader.checkpoint import StateFileError, flatten_state, unflatten_state
 
@@ -85,7 +86,7 @@ def save_checkpoint(directory: Path, step: int, config: Any, model: torch.nn.Mod
         if tmp is None:
             problem = problem or "rank 0 could not create the checkpoint directory"
         else:
-            problem = _attempt(_save_rank_state, Path(tmp), world.rank,
+            problem = _attempt(_save_rank_state, Path(tmp), world.shard,
                                {"step": step, "loader": loader_state, "rng": _capture_rng()})
         everyone_wrote = world.all_agree(problem is None)
         if world.is_main and tmp is not None:
@@ -179,7 +180,8 @@ def verify_checkpoint(path: Path) -> dict:
                                          f"{path.name}")
     files = manifest["files"]
     ranks = manifest["world_size"]
-    expected = [TENSORS_FILE] + [f.name for rank in range(int(ranks)) for f in _rank_files(path, rank)]
+    expected = [TENSORS_FILE] + [f.name for rank in range(int(ranks))
+                                 for f in _rank_files(path, shards.ReplayShard(rank, int(ranks)))]
     for name in expected:
         if name not in files:
             raise StateFileError(state_file, f"its manifest does not list {name}")
@@ -327,7 +329,7 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
         optimizer.load_state_dict(optimizer_state)
     except (KeyError, ValueError) as error:
         raise UserError(f"{path / STATE_FILE}: its optimizer state does not fit this run's model ({error})") from None
-    rank_state = _load_rank_state(path, world.rank)
+    rank_state = _load_rank_state(path, world.shard)
     _restore_rng(rank_state["rng"])
     return int(state["step"]), rank_state["loader"]
 
@@ -360,27 +362,27 @@ def export_pair(pair: torch.nn.Module, tokenizer: Any, out_dir: Path) -> str:
 
 def check_world_size(path: Path, state: dict, ranks: int) -> None:
     """A checkpoint holds one replay shard and data position per rank, so it continues on that many ranks only."""
-    saved = int(state.get("world_size", 1))
-    if saved != ranks:
-        how = "plain python (one process)" if saved == 1 else f"torchrun with {saved} processes in total"
-        raise UserError(f"checkpoint {path} was written by {saved} rank(s) but this run has {ranks}; its replay "
-                        f"shards and data positions are per rank, so resume it with {how}")
+    try:
+        shards.check_world_size(int(state.get("world_size", 1)), ranks, f"checkpoint {path}",
+                                "its replay shards and data positions are per rank")
+    except ValueError as exc:
+        raise UserError(str(exc)) from exc
 
 
-def _rank_files(path: Path, rank: int) -> tuple[Path, Path]:
-    return path / f"rank-{rank:05d}.safetensors", path / f"rank-{rank:05d}.json"
+def _rank_files(path: Path, shard: shards.ReplayShard) -> tuple[Path, Path]:
+    return shard.file(path, ".safetensors"), shard.file(path, ".json")
 
 
-def _save_rank_state(path: Path, rank: int, state: dict) -> None:
+def _save_rank_state(path: Path, shard: shards.ReplayShard, state: dict) -> None:
     arrays, meta = flatten_state(state)
-    tensors, meta_file = _rank_files(path, rank)
+    tensors, meta_file = _rank_files(path, shard)
     save_numpy_file({k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.ascontiguousarray(v))
                      for k, v in arrays.items()}, str(tensors))
     meta_file.write_text(json.dumps(meta))
 
 
-def _load_rank_state(path: Path, rank: int) -> dict:
-    tensors, meta_file = _rank_files(path, rank)
+def _load_rank_state(path: Path, shard: shards.ReplayShard) -> dict:
+    tensors, meta_file = _rank_files(path, shard)
     return unflatten_state(load_numpy_file(str(tensors)), json.loads(meta_file.read_text()))
 
 

@@ -4,8 +4,9 @@
 (or with WORLD_SIZE=1) the run is a `World` of one process whose methods change nothing, so a plain
 ``python examples/electra_tmr.py pretrain`` computes exactly what it did before. Under torchrun it is a
 `DistributedWorld` (NCCL on ``cuda:LOCAL_RANK``, gloo on CPU): one `DistributedDataParallel` around the whole
-generator+discriminator pair, one replay buffer and one seed stream per rank, a disjoint share of every epoch's
-examples per rank, and one all-reduce per step for the loss shares and one for the logged numbers.
+generator+discriminator pair, one replay buffer and one seed stream per rank (`replayloader.shards.ReplayShard`),
+a disjoint share of every epoch's examples per rank, and one all-reduce per step for the loss shares and one for
+the logged numbers.
 
 Why one DDP around the pair: the token table is used three times (generator input, generator output layer,
 discriminator input). In one module it is one parameter of one reducer, so its gradient is all-reduced once;
@@ -25,8 +26,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
+
+from replayloader.shards import ReplayShard
 
 from ..common import UserError, pick_device, set_seed
 
@@ -51,9 +53,17 @@ class World:
         the model is built (the same initial weights on every rank). One process keeps ``seed`` untouched."""
         return seed
 
+    @property
+    def shard(self) -> ReplayShard:
+        """This rank's replay shard: its batch and buffer capacity, seed stream and checkpoint file names."""
+        return ReplayShard(self.rank, self.size)
+
     def per_rank(self, batch_size: int, buffer_size: int) -> tuple[int, int]:
         """(batch, buffer capacity) of one rank: the global batch split evenly, the buffer in the same ratio."""
-        return batch_size, buffer_size
+        try:
+            return self.shard.split(batch_size, buffer_size, batch_name="--batch-size")
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return model
@@ -87,11 +97,6 @@ class World:
         pass
 
 
-def rank_seed(seed: int, rank: int) -> int:
-    """An independent 63-bit seed for ``rank`` derived from the run's ``seed`` (NumPy's SeedSequence)."""
-    return int(np.random.SeedSequence(seed, spawn_key=(rank,)).generate_state(1, np.uint64)[0] >> np.uint64(1))
-
-
 class DistributedWorld(World):
     """One rank of a torchrun job; the process group is created here and destroyed by `close`."""
 
@@ -120,15 +125,9 @@ class DistributedWorld(World):
         return self._device
 
     def start_rank_streams(self, seed: int) -> int:
-        own = rank_seed(seed, self.rank)
+        own = self.shard.seed(seed)
         set_seed(own)
         return own
-
-    def per_rank(self, batch_size: int, buffer_size: int) -> tuple[int, int]:
-        if batch_size % self.size:
-            raise UserError(f"--batch-size {batch_size} (the global batch) must be divisible by the number of "
-                            f"ranks {self.size}")
-        return batch_size // self.size, buffer_size // self.size
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         from torch.nn.parallel import DistributedDataParallel

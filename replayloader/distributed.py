@@ -1,0 +1,533 @@
+"""DistributedPrioritizedSampler: one prioritized distribution shared by every rank of a torch.distributed job.
+
+Optional module (torch is imported when a sampler is built or a state file is shared across ranks).
+
+Why every rank holds the whole tree (replication) rather than 1/W of it: the sampler holds 69-80 bytes per
+example (N = 10^8 and 10^7, `results/distributed_sampler.md`), so up to about 10^8 examples a copy per rank
+fits in host memory, and replication needs no message per draw: each rank draws the same global batch from the
+same tree with the same RNG, and only the feedback travels.
+
+How the ranks stay bit-identical:
+
+- Construction checks, on every rank, that all ranks built the same sampler (dataset length, options, seed,
+  state): a mismatch raises the same ValueError on every rank instead of a silent drift or a hang.
+- Each step every rank draws the *global* batch (``sampler.batch_size`` = B, divisible by the world size W)
+  and keeps its share: positions rank, rank + W, rank + 2W, ... of the batch (strided, like `DistributedSampler`).
+- `update` is a collective: each rank's feedback (positions in the global batch, indices, per-example values,
+  the step and epoch the batch was drawn in) travels in one fixed-size int64 tensor per rank through one
+  ``all_gather`` (a second, wider one only when a rank sends more than its share). Every rank then applies the
+  same merged feedback in one fixed order: per global step (oldest first), in the order of the global batch, as
+  one `PrioritizedSampler.update`, which is exactly what one process training on the whole batch would apply;
+  feedback without a step (plain index arrays) follows, in rank order. So 2 ranks x B/2 reproduce 1 process
+  x B (indices, probabilities, importance weights; tested over epochs including the warm-up).
+- Each `update` also compares every rank's draw count, RNG state and tree mass and raises on every rank if they
+  differ (e.g. DataLoaders with different ``num_workers`` / ``prefetch_factor`` on different ranks).
+
+Warm-up remainder: the last batch of a warm-up pass holds N mod B indices; when that is not a multiple of W,
+it is padded by repeating its first indices (like `DistributedSampler` with ``drop_last=False``), so every rank
+trains the same number of examples; a repeated index's feedback is dropped (its first copy's is applied).
+
+Prefetching: a draw sees the feedback of every `update` that all ranks completed before it. A DataLoader draws
+``num_workers x prefetch_factor`` batches ahead (0 with ``num_workers=0``), the same on every rank with the same
+settings: batch k then reflects the feedback of batches up to k - 1 - num_workers x prefetch_factor. With
+``overlap=True`` an update's gather completes at the next draw, so the draws are the same.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .atomic import atomic_write
+from .checkpoint import StateFileError, flatten_state, unflatten_state
+from .feedback import check_feedback_array
+from .sampler import PrioritizedSampler, SampledBatch
+from .storage import is_torch_tensor, to_numpy
+from .strategies import KNOWN_FEEDBACK
+
+_HEADER = 11  # status, step, epoch, k, keymask, draws, 4 RNG words, tree-mass bits
+_PER_EXAMPLE = ("loss", "grad_norm", "grad_bound", "weight")  # gathered as they are; the rest reduced on their rank
+
+
+# ----------------------------------------------------------------------------- the process group
+class ProcessGroup:
+    """This process's place in a torch.distributed group and the few collectives the samplers use.
+
+    ``group=None`` is the default group. Tensors travel on the current CUDA device under NCCL and on the CPU
+    otherwise (gloo), so the same code runs on both backends.
+    """
+
+    def __init__(self, group: Any = None) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("torch.distributed is not initialized: call torch.distributed.init_process_group "
+                               "first (torchrun, accelerate launch and Lightning's DDP do it), or use a plain "
+                               "PrioritizedSampler in one process")
+        self.torch, self.dist, self.group = torch, dist, group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        on_nccl = dist.get_backend(group) == "nccl"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if on_nccl else torch.device("cpu")
+        self._gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+    def all_gather_rows(self, row: np.ndarray) -> np.ndarray:
+        """Every rank's int64 ``row`` (all of one length), as a (size, len) array in rank order."""
+        return self.start_all_gather_rows(row)()
+
+    def start_all_gather_rows(self, row: np.ndarray) -> Callable[[], np.ndarray]:
+        """`all_gather_rows` started in the background; call the result to wait for it and get the table."""
+        local = self.torch.from_numpy(np.ascontiguousarray(row, np.int64)).to(self.device)
+        table = self.torch.empty(self.size * len(row), dtype=self.torch.int64, device=self.device)
+        work = self._gather_single(table, local, group=self.group, async_op=True)
+
+        def finish() -> np.ndarray:
+            work.wait()
+            return table.cpu().numpy().reshape(self.size, len(row))
+
+        return finish
+
+    def all_gather_objects(self, value: Any) -> list:
+        everyone: list = [None] * self.size
+        self.dist.all_gather_object(everyone, value, group=self.group)
+        return everyone
+
+    def agree(self, action: Any, what: str) -> list:
+        """Run ``action()`` here and gather every rank's result. If it raised on any rank, raise on every rank
+        (this rank's own exception where it failed), so a collective that follows never waits for a dead rank."""
+        try:
+            result, error = action(), None
+        except Exception as exc:  # reported to every rank below, then re-raised here
+            result, error = None, exc
+        everyone = self.all_gather_objects((error is None, result if error is None else
+                                            f"{type(error).__name__}: {error}"))
+        if error is not None:
+            raise error
+        failed = [(rank, message) for rank, (ok, message) in enumerate(everyone) if not ok]
+        if failed:
+            rank, message = failed[0]
+            raise RuntimeError(f"{what} failed on rank {rank}: {message}")
+        return [value for _, value in everyone]
+
+
+def current_group(group: Any = None) -> ProcessGroup | None:
+    """The `ProcessGroup` of a running job of more than one process, else None (one process, nothing to share)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) == 1:
+        return None
+    return ProcessGroup(group)
+
+
+# ----------------------------------------------------------------------------- states: digest, one shared file
+def state_digest(state: Mapping) -> str:
+    """sha256 of a state dict's content (names, dtypes, shapes and bytes of its arrays; the rest as JSON)."""
+    arrays, meta = flatten_state(dict(state))
+    digest = hashlib.sha256(json.dumps(meta, sort_keys=True, default=str).encode())
+    for name in sorted(arrays):
+        array = to_numpy(arrays[name], name) if is_torch_tensor(arrays[name]) else np.asarray(arrays[name])
+        array = np.ascontiguousarray(array)
+        digest.update(f"{name}|{array.dtype.str}|{array.shape}".encode())
+        digest.update(array.reshape(-1).view(np.uint8))  # the bytes in place, no copy
+    return digest.hexdigest()
+
+
+def verify_identical(state: Mapping, group: Any = None, what: str = "state check") -> str:
+    """The state's `state_digest`; in a job of several processes (call on every rank), every rank raises unless
+    all ranks' digests agree."""
+    digest = state_digest(state)
+    world = current_group(group)
+    if world is not None:
+        digests = world.all_gather_objects(digest)
+        if len(set(digests)) > 1:
+            listed = ", ".join(f"rank {r}: {d[:12]}" for r, d in enumerate(digests))
+            raise RuntimeError(f"{what}: the ranks' states differ ({listed}); they must be identical (same "
+                               f"sampler, same draws, same feedback on every rank)")
+    return digest
+
+
+def save_shared_state(state: Mapping, path: str | Path, group: Any = None) -> str:
+    """Write a state that every rank holds identically to ONE file (call on every rank); return its digest.
+
+    The ranks' digests are compared first: if any rank's state differs, every rank raises and nothing is written.
+    Rank 0 writes the file atomically (a kill leaves the old file or the new one). In one process (no process
+    group) this just writes the file, so a single-process run writes the same format.
+    """
+    path = Path(path)
+    digest = verify_identical(state, group, f"cannot save {path}")
+    world = current_group(group)
+    write = (lambda: write_state_file(state, digest, path))
+    if world is None:
+        write()
+    else:
+        world.agree(write if world.rank == 0 else (lambda: None), f"writing {path}")
+    return digest
+
+
+def load_shared_state(path: str | Path, group: Any = None) -> dict:
+    """Read a file of `save_shared_state` on every rank (it must be readable by all: a shared filesystem or a
+    copy per node); every rank raises if any rank cannot read it or read different content."""
+    world = current_group(group)
+    if world is None:
+        return read_state_file(Path(path))[0]
+    loaded: list = []
+    world.agree(lambda: loaded.append(read_state_file(Path(path))), f"reading {path}")
+    digests = world.all_gather_objects(loaded[0][1])
+    if len(set(digests)) > 1:
+        raise RuntimeError(f"the ranks read different contents from {path}: {digests}")
+    return loaded[0][0]
+
+
+def write_state_file(state: Mapping, digest: str, path: Path) -> None:
+    """One ``.npz`` (no pickle) holding the state's arrays, its other values as JSON and its `state_digest`,
+    written atomically."""
+    arrays, meta = flatten_state(dict(state))
+    host = {name: (to_numpy(v, name) if is_torch_tensor(v) else np.asarray(v)) for name, v in arrays.items()}
+    header = json.dumps({"meta": meta, "sha256": digest}).encode()
+    atomic_write(path, lambda f: np.savez(f, __header__=np.frombuffer(header, np.uint8), **host))
+
+
+def read_state_file(path: Path) -> tuple[dict, str]:
+    """(state, digest) of a `write_state_file` file; a damaged or foreign file raises `StateFileError`."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            header = json.loads(bytes(data["__header__"]).decode())
+            arrays = {name: data[name] for name in data.files if name != "__header__"}
+    except (OSError, ValueError, KeyError) as exc:
+        raise StateFileError(path, f"not a shared state file ({type(exc).__name__}: {exc})") from exc
+    state = unflatten_state(arrays, header["meta"])
+    digest = state_digest(state)
+    if digest != header["sha256"]:
+        raise StateFileError(path, f"content digest {digest[:12]} does not match the recorded "
+                                   f"{header['sha256'][:12]} (a damaged file)")
+    return state, digest
+
+
+# ----------------------------------------------------------------------------- one rank's share of a batch
+def share_positions(length: int, rank: int, world_size: int) -> np.ndarray:
+    """Positions of ``rank``'s share in a global batch of ``length``: rank, rank + W, ... A length that is not a
+    multiple of W is padded by wrapping around to the batch's first positions, so every share has
+    ceil(length / W) entries."""
+    padded = math.ceil(length / world_size) * world_size
+    return np.arange(rank, padded, world_size, dtype=np.int64) % length
+
+
+@dataclass
+class RankBatch(SampledBatch):
+    """This rank's share of a global batch: `SampledBatch` fields for the share, plus ``positions`` (where its
+    entries sit in the global batch) and ``whole`` (the global batch, e.g. to checkpoint it)."""
+
+    positions: np.ndarray | None = None
+    whole: SampledBatch | None = None
+
+
+def check_dataset_size(sampler: PrioritizedSampler, dataset_size: int | None) -> None:
+    """A sampler draws indices in [0, num_examples): the dataset it feeds must have exactly that many examples."""
+    if dataset_size is not None and dataset_size != sampler.num_examples:
+        raise ValueError(f"the sampler covers num_examples={sampler.num_examples} examples but the dataset has "
+                         f"{dataset_size}")
+
+
+def advance_to_epoch(sampler: Any, epoch: int) -> None:
+    """``set_epoch`` as frameworks call it at each epoch start (like `DistributedSampler.set_epoch`).
+
+    A prioritized sampler counts its epochs itself (its shuffles and draws follow from its own RNG), so at its own
+    epoch this does nothing. A later ``epoch`` (a framework that ended an epoch early, e.g. Lightning's
+    ``limit_train_batches``) skips the rest of the sampler's epochs by drawing and discarding their batches, which
+    every rank does alike. An earlier one is an error: e.g. a resumed run whose sampler state was not restored.
+    """
+    if isinstance(epoch, bool) or not isinstance(epoch, (int, np.integer)) or epoch < sampler.epoch:
+        raise ValueError(f"set_epoch({epoch!r}): the sampler is in epoch {sampler.epoch} and cannot go back "
+                         f"(restore its state_dict when resuming)")
+    while sampler.epoch < epoch:
+        sampler.next_batch()
+
+
+def _described(part: Any) -> str:
+    """A part's class and its plain settings (numbers, strings), e.g. ``LinearSchedule(end=1.0, start=0.4, ...)``."""
+    plain = {k: v for k, v in sorted(getattr(part, "__dict__", {}).items()) if isinstance(v, (bool, int, float, str))}
+    return f"{type(part).__name__}({', '.join(f'{k}={v!r}' for k, v in plain.items())})"
+
+
+def _fingerprint(sampler: PrioritizedSampler) -> dict:
+    """What must be equal on every rank, by name (the state digest covers weights, position and RNG)."""
+    beta = _described(sampler.beta) if callable(sampler.beta) else sampler.beta
+    return {"num_examples": sampler.num_examples, "batch_size": sampler.batch_size, "alpha": sampler.alpha,
+            "beta": beta, "sampling": sampler.sampling, "uniform_fraction": sampler.uniform_fraction,
+            "floor": sampler.floor, "warmup_epochs": sampler.warmup_epochs,
+            "update": _described(sampler.update_rule),
+            "init": type(sampler.init).__name__, "seed": sampler.seed,
+            "features": None if sampler.features is None else list(sampler.features.shape),
+            "state": state_digest(sampler.state_dict())}
+
+
+# ----------------------------------------------------------------------------- the sampler
+class DistributedPrioritizedSampler:
+    """A `PrioritizedSampler` shared by all ranks of a torch.distributed group: each draws the same global batch
+    and keeps its share; `update` gathers every rank's feedback and applies it everywhere in one order.
+
+    Build the same `PrioritizedSampler` on every rank (same length, options and seed), its ``batch_size`` the
+    global batch, then wrap it (a collective: every rank must construct it). Iterate it, or wrap it in
+    `PrioritizedBatchSampler` for a DataLoader, and call `update` once per batch on every rank (a collective).
+
+    Args:
+        sampler: this rank's `PrioritizedSampler`; its ``batch_size`` (the global batch) must be divisible by the
+            world size.
+        group: a torch.distributed process group (default: the default group).
+        dataset_size: ``len(dataset)`` on this rank, checked (on every rank) to equal ``sampler.num_examples``.
+        overlap: run each update's gather in the background, completed at the next draw, so its latency hides
+            behind the backward pass when `update` comes right after the forward pass (the recipes do this).
+            The draws are the same either way; only `sampler` itself lags one update until then (`settle`).
+    """
+
+    def __init__(self, sampler: PrioritizedSampler, group: Any = None, dataset_size: int | None = None,
+                 overlap: bool = False) -> None:
+        if not isinstance(sampler, PrioritizedSampler):
+            raise TypeError(f"sampler must be a PrioritizedSampler, got {type(sampler).__name__}")
+        self.world = ProcessGroup(group)
+        self.sampler = sampler
+        self.rank, self.world_size = self.world.rank, self.world.size
+        prints = self.world.all_gather_objects({"dataset_size": dataset_size, **_fingerprint(sampler)})
+        for name in prints[0]:
+            values = [p[name] for p in prints]
+            odd = next((r for r, v in enumerate(values) if v != values[0]), None)
+            if odd is not None:
+                raise ValueError(f"the PrioritizedSampler differs across ranks: {name} is {values[0]!r} on rank 0 "
+                                 f"but {values[odd]!r} on rank {odd}; build the same sampler on every rank (same "
+                                 f"dataset length, options and seed; seed=None gives each rank its own)")
+        check_dataset_size(sampler, dataset_size)
+        if sampler.batch_size % self.world_size:
+            raise ValueError(f"sampler.batch_size (the global batch) is {sampler.batch_size}, which is not divisible "
+                             f"by the world size {self.world_size}; each rank trains batch_size / world_size "
+                             f"examples a step")
+        self.local_batch_size = sampler.batch_size // self.world_size
+        # int64 words of one rank's gathered record (header, positions, indices, values): grows if one is longer
+        self.gather_width = _HEADER + 3 * self.local_batch_size
+        self.counters = {"feedback_gathers": 0, "gathered_bytes": 0}
+        self.overlap = bool(overlap)
+        self._in_flight: tuple[np.ndarray, Callable[[], np.ndarray]] | None = None
+
+    # ------------------------------------------------------------------ drawing
+    @property
+    def epoch(self) -> int:
+        return self.sampler.epoch
+
+    def __len__(self) -> int:
+        """Steps per epoch (global batches; each rank gets one share of each)."""
+        return len(self.sampler)
+
+    def set_epoch(self, epoch: int) -> None:
+        """See `advance_to_epoch` (Lightning calls this on a DataLoader's ``batch_sampler.sampler``)."""
+        advance_to_epoch(self, epoch)
+
+    def share(self, whole: SampledBatch) -> RankBatch:
+        """This rank's share of a global batch."""
+        positions = share_positions(len(whole), self.rank, self.world_size)
+        return RankBatch(whole.indices[positions], whole.weights[positions], whole.probabilities[positions],
+                         whole.epoch, whole.step, positions, whole)
+
+    def next_batch(self) -> RankBatch:
+        """Draw the next global batch (identically on every rank) and return this rank's share."""
+        self.settle()
+        return self.share(self.sampler.next_batch())
+
+    def __iter__(self) -> Iterator[RankBatch]:
+        """This rank's shares of the remaining batches of the current epoch."""
+        epoch = self.epoch
+        while self.epoch == epoch:
+            yield self.next_batch()
+
+    def probabilities(self, indices: Any = None) -> np.ndarray:
+        self.settle()
+        return self.sampler.probabilities(indices)
+
+    def stats(self) -> dict[str, float]:
+        """The shared sampler's statistics (the same on every rank) plus this rank's gather counters."""
+        self.settle()
+        return {**self.sampler.stats(), **self.counters}
+
+    # ------------------------------------------------------------------ feedback
+    def update(self, batch: RankBatch | SampledBatch | Any | None, **feedback: Any) -> int | None:
+        """Collective: every rank calls it (``batch=None`` joins with no feedback). Gathers all ranks' feedback and
+        applies it on every rank in one order (see the module doc); returns how many weights changed in all.
+
+        Feedback is checked on its own rank first; if any rank's is bad, every rank raises and nothing changes.
+        With ``overlap=True`` the gather runs in the background and this returns None at once; the next draw
+        (or any call that reads the state, or `settle`) waits for it and applies the feedback.
+        """
+        self.settle()
+        record = self._encode(batch, feedback)
+        self._in_flight = (record, self._start_gather(record))
+        return self.settle() if not self.overlap or record[0] != 0 else None
+
+    def settle(self) -> int:
+        """Finish an update whose gather is in flight: wait for it and apply the merged feedback (returns how many
+        weights changed; 0 with nothing in flight). Draws and state reads call it themselves."""
+        if self._in_flight is None:
+            return 0
+        record, finish = self._in_flight
+        self._in_flight = None
+        records = self._finish_gather(record, finish)
+        for rank, row in enumerate(records):
+            if row[0] != 0 and rank != self.rank:
+                raise ValueError(f"rank {rank} rejected its feedback (its own error says why); nothing changed")
+        if record[0] != 0:
+            raise self._rejected
+        self._check_in_step(records)
+        return self._apply(records)
+
+    def _encode(self, batch: Any, feedback: Mapping[str, Any]) -> np.ndarray:
+        header = np.zeros(_HEADER, np.int64)
+        header[5] = self.sampler.step
+        header[6:10] = self.sampler.rng_state.view(np.int64)
+        header[10] = np.float64(self.sampler.tree.total).view(np.int64)
+        try:
+            columns = self._check(batch, feedback, header)
+        except (ValueError, TypeError) as exc:
+            header[0], self._rejected = 1, exc
+            return header
+        return np.concatenate([header, *columns])
+
+    def _check(self, batch: Any, feedback: Mapping[str, Any], header: np.ndarray) -> list[np.ndarray]:
+        """This rank's feedback as int64 columns (positions, indices, one float64-bits column per keyword); fills
+        the header's step, epoch, k and keyword mask. Raises like `PrioritizedSampler.update` on bad input."""
+        header[1:3] = -1
+        if batch is None:
+            if feedback:
+                raise ValueError(f"update(None) joins the gather without feedback, but got {sorted(feedback)}")
+            return []
+        indices = to_numpy(batch.indices if isinstance(batch, SampledBatch) else batch, "indices")
+        if indices.ndim != 1 or indices.size == 0 or indices.dtype.kind not in "iu":
+            raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {indices.dtype} "
+                             f"shape {indices.shape}")
+        indices = indices.astype(np.int64)
+        bad = np.flatnonzero((indices < 0) | (indices >= self.sampler.num_examples))
+        if len(bad):
+            raise ValueError(f"indices must lie in [0, {self.sampler.num_examples}); indices[{bad[0]}] = "
+                             f"{indices[bad[0]]}")
+        never = np.flatnonzero(self.sampler.last_drawn_epoch[indices] < 0)
+        if len(never):
+            raise ValueError(f"indices[{never[0]}] = {indices[never[0]]} was never handed out by this sampler")
+        k = len(indices)
+        positions = np.full(k, -1, np.int64)
+        if isinstance(batch, RankBatch) and batch.positions is not None:
+            positions, header[1] = np.asarray(batch.positions, np.int64), batch.step
+        if isinstance(batch, SampledBatch):
+            header[2] = batch.epoch
+        values = self._values(feedback, k)
+        header[3] = k
+        header[4] = sum(1 << KNOWN_FEEDBACK.index(name) for name in values)
+        return [positions, indices, *(values[name].view(np.int64) for name in KNOWN_FEEDBACK if name in values)]
+
+    def _values(self, feedback: Mapping[str, Any], k: int) -> dict[str, np.ndarray]:
+        """Per-example float64 values by keyword; logits/targets/mask are reduced here by the update rule."""
+        checked: dict[str, np.ndarray] = {}
+        for name, value in feedback.items():
+            if name not in KNOWN_FEEDBACK:
+                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
+            checked[name] = to_numpy(value, name)
+            if name in _PER_EXAMPLE:
+                checked[name] = check_feedback_array(name, checked[name], k, "indices")
+        rule = self.sampler.update_rule
+        reduced = rule.values(checked)  # raises here, on its own rank, when the rule lacks its keyword
+        if any(name not in _PER_EXAMPLE for name in checked):
+            key = rule.feedback_key or "grad_bound"
+            if key not in _PER_EXAMPLE:
+                raise TypeError(f"{type(rule).__name__} reads {sorted(checked)}, which a distributed sampler "
+                                f"cannot gather; pass per-example values ({', '.join(_PER_EXAMPLE)})")
+            return {key: check_feedback_array(key, reduced, k, "indices")}
+        return {name: value for name, value in checked.items()}
+
+    def _start_gather(self, record: np.ndarray) -> Callable[[], np.ndarray]:
+        """One all-gather of fixed-width rows, started (`_finish_gather` completes it)."""
+        row = np.zeros(self.gather_width + 1, np.int64)
+        row[0] = len(record)
+        row[1:1 + min(len(record), self.gather_width)] = record[:self.gather_width]
+        return self.world.start_all_gather_rows(row)
+
+    def _finish_gather(self, record: np.ndarray, finish: Callable[[], np.ndarray]) -> list[np.ndarray]:
+        """Every rank's record; a second, wider gather only if some rank's record was longer than a row."""
+        table = finish()
+        lengths = table[:, 0].astype(int)
+        gathered = table.nbytes
+        if lengths.max() > self.gather_width:
+            self.gather_width = int(lengths.max())
+            row = np.zeros(self.gather_width + 1, np.int64)
+            row[0], row[1:1 + len(record)] = len(record), record
+            table = self.world.all_gather_rows(row)
+            gathered += table.nbytes
+        self.counters["feedback_gathers"] += 1
+        self.counters["gathered_bytes"] += gathered
+        return [table[rank, 1:1 + lengths[rank]] for rank in range(self.world_size)]
+
+    def _check_in_step(self, records: list[np.ndarray]) -> None:
+        states = [tuple(row[5:_HEADER]) for row in records]
+        if len(set(states)) > 1:
+            draws = ", ".join(f"rank {r}: {int(s[0])}" for r, s in enumerate(states))
+            raise RuntimeError(f"the ranks' samplers diverged before this update (batches drawn: {draws}; or "
+                               f"their RNG or tree mass differ): every rank must draw the same batches and call "
+                               f"update the same number of times (same DataLoader num_workers and prefetch_factor "
+                               f"on every rank)")
+
+    def _apply(self, records: list[np.ndarray]) -> int:
+        by_step: dict[int, list[np.ndarray]] = {}
+        plain = []
+        for row in records:
+            if row[3] > 0:
+                (by_step.setdefault(int(row[1]), []) if row[1] >= 0 else plain).append(row)
+        masks = {int(row[4]) for rows in (*by_step.values(), plain) for row in rows}
+        if len(masks) > 1:
+            raise ValueError("the ranks fed back different keywords in one update: "
+                             + ", ".join(f"rank {r}: {self._names(int(row[4]))}" for r, row in enumerate(records)
+                                         if row[3] > 0))
+        changed = 0
+        for step in sorted(by_step):
+            positions, indices, values = self._columns(by_step[step])
+            order = np.argsort(positions, kind="stable")
+            ordered = positions[order]
+            first = np.ones(len(ordered), bool)
+            first[1:] = ordered[1:] != ordered[:-1]
+            keep = order[first]  # a padded repeat: its first copy's value
+            whole = SampledBatch(indices[keep], np.ones(len(keep)), np.ones(len(keep)), int(by_step[step][0][2]),
+                                 step)
+            changed += self.sampler.update(whole, **{name: v[keep] for name, v in values.items()})
+        for row in plain:
+            _, indices, values = self._columns([row])
+            batch = indices if row[2] < 0 else SampledBatch(indices, np.ones(len(indices)), np.ones(len(indices)),
+                                                             int(row[2]), -1)
+            changed += self.sampler.update(batch, **values)
+        return changed
+
+    def _columns(self, rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        names = self._names(int(rows[0][4]))
+        parts = [row[_HEADER:].reshape(2 + len(names), int(row[3])) for row in rows]
+        table = np.concatenate(parts, axis=1)
+        return table[0], table[1], {name: table[2 + i].view(np.float64) for i, name in enumerate(names)}
+
+    @staticmethod
+    def _names(mask: int) -> list[str]:
+        return [name for i, name in enumerate(KNOWN_FEEDBACK) if mask >> i & 1]
+
+    # ------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict:
+        """The shared sampler's state: the same on every rank and independent of the world size."""
+        self.settle()
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Collective: load ``state`` (e.g. from `load_shared_state`, also one written by another world size or by
+        one process) on every rank; every rank raises if any rank cannot load it or the ranks now differ."""
+        self.settle()
+        self.world.agree(lambda: self.sampler.load_state_dict(state), "load_state_dict")
+        digests = self.world.all_gather_objects(state_digest(self.sampler.state_dict()))
+        if len(set(digests)) > 1:
+            raise RuntimeError("the ranks loaded different sampler states; load the same state on every rank")

@@ -1,0 +1,259 @@
+"""What every rank runs in the distributed tests: ``python jobs.py OUT JOB [JOB...]`` under a launcher.
+
+Each job returns a JSON-able dict; rank r writes ``OUT/report-r.json`` with one entry per job.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HF_EXAMPLES = 80
+HF_BATCH = 8  # the global batch: 4 per rank on 2 ranks
+
+
+# ----------------------------------------------------------------------------- Hugging Face Trainer
+class IndexedTexts(torch.utils.data.Dataset):
+    """Tiny token sequences whose dataset index travels with the batch, so a rank can check which examples it got."""
+
+    def __init__(self, n: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(5, 50, (n, 8), generator=g)
+        self.labels = torch.randint(0, 2, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones(8, dtype=torch.long), "labels": self.labels[i],
+                "index": torch.tensor(i)}
+
+
+def hf_trainer(out: Path) -> dict:
+    """`PrioritizedTrainer` for 2 epochs (the warm-up pass, then a prioritized one). Per step: the dataset indices
+    of the batch the rank trained on, and the indices its feedback was given for; at the end the weights."""
+    from transformers import BertConfig, BertForSequenceClassification, TrainingArguments
+
+    from replayloader import PrioritizedSampler
+    from replayloader.hf_trainer import PrioritizedTrainer
+
+    seen: list[list[int]] = []
+    fed: list[list[int]] = []
+
+    class ObservedTrainer(PrioritizedTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            inputs = dict(inputs)
+            seen.append(inputs.pop("index").tolist())
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16, num_labels=2)
+    model = BertForSequenceClassification(config)
+    args = TrainingArguments(output_dir=str(out / "hf"), num_train_epochs=2, learning_rate=1e-3, use_cpu=True,
+                             report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                             ddp_backend="gloo", seed=0)
+    sampler = PrioritizedSampler(HF_EXAMPLES, batch_size=HF_BATCH, beta=0.5, uniform_fraction=0.1, seed=0)
+    trainer = ObservedTrainer(model=model, args=args, train_dataset=IndexedTexts(HF_EXAMPLES), sampler=sampler)
+    update = trainer.batch_sampler.update
+
+    def observed_update(batch, **feedback):
+        fed.append(np.asarray(batch.indices).tolist())
+        return update(batch, **feedback)
+
+    trainer.batch_sampler.update = observed_update
+    trainer.train()
+    return {"seen": seen, "fed": fed, "weights": sampler.weights.tolist(), "visits": sampler.visits.tolist()}
+
+
+# ----------------------------------------------------------------------------- Lightning
+LIGHTNING_EXAMPLES, LIGHTNING_BATCH, LIGHTNING_EPOCHS = 64, 16, 3
+
+
+def lightning(out: Path) -> dict:
+    """`PrioritizedModule` under ``Trainer(strategy="ddp")`` for 3 epochs, checkpointing every epoch; then a second
+    run resumed from the checkpoint after epoch 2 (index 1). Per step: the indices trained on and fed back.
+    Started as ``python jobs.py OUT lightning``: Lightning's launcher re-runs the command for the second rank."""
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch.nn import functional as F
+
+    from replayloader import PrioritizedSampler
+    from replayloader.lightning import PrioritizedModule
+
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(LIGHTNING_EXAMPLES, 4, generator=g),
+                                          torch.randint(0, 2, (LIGHTNING_EXAMPLES,), generator=g),
+                                          torch.arange(LIGHTNING_EXAMPLES))
+
+    class Model(PrioritizedModule):
+        def __init__(self) -> None:
+            super().__init__(PrioritizedSampler(LIGHTNING_EXAMPLES, batch_size=LIGHTNING_BATCH, beta=0.5,
+                                                uniform_fraction=0.1, seed=0))
+            torch.manual_seed(0)
+            self.net = torch.nn.Linear(4, 2)
+            self.steps: list[dict] = []
+
+        def train_dataloader(self):
+            return self.prioritized_dataloader(data)
+
+        def training_step(self, batch, batch_idx):
+            x, y, index = batch
+            info = self.batch_info()
+            per_example = F.cross_entropy(self.net(x), y, reduction="none")
+            self.steps.append({"seen": index.tolist(), "fed": info.indices.tolist(), "epoch": info.epoch,
+                               "weights": info.weights.tolist()})
+            return self.prioritized_loss(info, per_example)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def fit(model: Model, run: str, ckpt_path: Path | None = None) -> None:
+        trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", use_distributed_sampler=False,
+                             max_epochs=LIGHTNING_EPOCHS, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, default_root_dir=str(out),
+                             callbacks=[ModelCheckpoint(dirpath=str(out / run), filename="{epoch}", save_top_k=-1)])
+        trainer.fit(model, ckpt_path=ckpt_path)
+
+    full, resumed = Model(), Model()
+    fit(full, "lightning")
+    fit(resumed, "lightning_resumed", out / "lightning" / "epoch=1.ckpt")
+    return {"full": full.steps, "resumed": resumed.steps, "weights": full.sampler.weights.tolist(),
+            "resumed_weights": resumed.sampler.weights.tolist()}
+
+
+# ----------------------------------------------------------------------------- the README's torchrun example
+def readme(out: Path) -> dict:
+    """The README's several-GPUs example as written (it starts the process group), run in ``out``."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Several GPUs"):]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    namespace: dict = {}
+    here = os.getcwd()
+    os.chdir(out)
+    try:
+        exec(compile(block, "README several GPUs example", "exec"), namespace)
+    finally:
+        os.chdir(here)
+    model = namespace["model"].module
+    return {"weights": namespace["sampler"].weights.tolist(), "epoch": namespace["sampler"].epoch,
+            "parameters": torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()}
+
+
+# ----------------------------------------------------------------------------- the sampler's own checks
+def core(out: Path) -> dict:
+    """Equivalence run, checkpoint + resume (same world size, and from a one-process file), bad input."""
+    from replayloader import PrioritizedBatchSampler
+    from replayloader.distributed import DistributedPrioritizedSampler, load_shared_state, save_shared_state
+    from tests.distributed import scenario as sc
+
+    ensure_group()
+    steps = sc.EPOCHS * sc.STEPS_PER_EPOCH
+    report = {"equivalence": sc.drive(DistributedPrioritizedSampler(sc.make_sampler()), steps),
+              "equivalence_overlap": sc.drive(DistributedPrioritizedSampler(sc.make_sampler(), overlap=True), steps)}
+    batches = PrioritizedBatchSampler(DistributedPrioritizedSampler(sc.make_sampler()))
+
+    def save(count: int) -> None:
+        if count == sc.SAVE_AT:
+            save_shared_state(batches.state_dict(), out / "two_ranks.npz")
+
+    report["uninterrupted"] = sc.train(batches, sc.TOTAL, on_step=save)
+    for name, path in (("resumed", "two_ranks.npz"), ("from_one_process", "one_process.npz")):
+        resumed = PrioritizedBatchSampler(DistributedPrioritizedSampler(sc.make_sampler()))
+        resumed.load_state_dict(load_shared_state(out / path))
+        report[name] = sc.train(resumed, sc.TOTAL - sc.SAVE_AT)
+    report["ragged"] = ragged()
+    report["errors"] = bad_input(out)
+    return report
+
+
+def ragged() -> dict:
+    """Ranks feeding back different amounts: rank 1 sends the whole global batch as plain indices (longer than a
+    gathered row: the wider second gather), then nothing (``update(None)``) while rank 0 sends its share."""
+    from replayloader.distributed import DistributedPrioritizedSampler, state_digest
+    from tests.distributed import scenario as sc
+
+    rank = dist.get_rank()
+    shared = DistributedPrioritizedSampler(sc.make_sampler())
+    batch = shared.next_batch()
+    if rank == 0:
+        shared.update(batch, loss=sc.loss_of(batch.indices, batch.epoch))
+    else:
+        shared.update(batch.whole.indices, loss=sc.loss_of(batch.whole.indices, batch.epoch))
+    batch = shared.next_batch()
+    shared.update(batch if rank == 0 else None, **({"loss": sc.loss_of(batch.indices, batch.epoch)}
+                                                   if rank == 0 else {}))
+    return {"digest": state_digest(shared.state_dict()), "gathers": shared.counters["feedback_gathers"],
+            "bytes": shared.counters["gathered_bytes"], "width": shared.gather_width}
+
+
+def error_of(action) -> str | None:
+    try:
+        action()
+    except (ValueError, TypeError, RuntimeError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def bad_input(out: Path) -> dict:
+    """Every rank reports what each bad call raised on it (None: nothing raised)."""
+    from replayloader.distributed import DistributedPrioritizedSampler as Shared
+    from replayloader.distributed import save_shared_state, state_digest
+    from tests.distributed import scenario as sc
+
+    rank = dist.get_rank()
+    errors = {
+        "num_examples": error_of(lambda: Shared(sc.make_sampler(num_examples=sc.N + rank))),
+        "seed": error_of(lambda: Shared(sc.make_sampler(seed=rank))),
+        "seed_none": error_of(lambda: Shared(sc.make_sampler(seed=None))),
+        "alpha": error_of(lambda: Shared(sc.make_sampler(alpha=1.0 + rank))),
+        "dataset_size": error_of(lambda: Shared(sc.make_sampler(), dataset_size=sc.N + rank)),
+        "batch_size": error_of(lambda: Shared(sc.make_sampler(batch_size=7))),
+    }
+    shared = Shared(sc.make_sampler())
+    batch = shared.next_batch()
+    before = state_digest(shared.state_dict())
+    loss = sc.loss_of(batch.indices, batch.epoch)
+    bad = loss.copy()
+    bad[0] = np.nan if rank == 1 else bad[0]
+    errors["nan_on_rank_1"] = error_of(lambda: shared.update(batch, loss=bad))
+    errors["unchanged_after_rejection"] = state_digest(shared.state_dict()) == before
+    errors["good_update_after_rejection"] = error_of(lambda: shared.update(batch, loss=loss))
+    overlapped = Shared(sc.make_sampler(), overlap=True)
+    drawn = overlapped.next_batch()
+    errors["overlap_nan_on_rank_1"] = error_of(lambda: (overlapped.update(drawn, loss=bad), overlapped.next_batch()))
+    if rank == 1:
+        shared.next_batch()  # rank 1 runs ahead by one draw
+    errors["diverged"] = error_of(lambda: shared.update(batch, loss=loss))
+    errors["save_differs"] = error_of(lambda: save_shared_state(shared.state_dict(), out / "differs.npz"))
+    errors["save_differs_wrote"] = (out / "differs.npz").exists()
+    return errors
+
+
+def ensure_group() -> None:
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+
+
+JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": lightning}
+
+
+def main() -> None:
+    out, names = Path(sys.argv[1]), sys.argv[2:]
+    torch.set_num_threads(1)
+    report = {name: JOBS[name](out) for name in names}
+    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))  # Lightning's own launcher: LOCAL_RANK
+    (out / f"report-{rank}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Start a job on 2 CPU processes the way users do (torchrun, accelerate launch, a Lightning script) and read
+each rank's JSON report. Process start-up is the cost of these tests, so one launch runs several checks."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = Path(__file__).with_name("jobs.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(launcher: list[str], out: Path, jobs: list[str], timeout: float = 300) -> list[dict]:
+    """Run ``jobs.py OUT JOB...`` under ``launcher``; return each rank's report (rank order)."""
+    out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([*launcher, str(JOBS), str(out), *jobs], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(f"{launcher[:3]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
+                             f"{done.stderr[-6000:]}")
+    return [json.loads(p.read_text()) for p in sorted(out.glob("report-*.json"))]
+
+
+def torchrun(out: Path, jobs: list[str], ranks: int = 2) -> list[dict]:
+    return launch([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}",
+                   f"--master-port={free_port()}"], out, jobs)
+
+
+def accelerate_launch(out: Path, jobs: list[str]) -> list[dict]:
+    """Accelerate 1.15 starts several CPU processes only through mpirun under ``--cpu``; ``--multi_gpu`` on a
+    machine without GPUs starts them through torch's elastic launcher (gloo, MULTI_CPU), as here."""
+    return launch([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+                   "--main_process_port", str(free_port())], out, jobs)
