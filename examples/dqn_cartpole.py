@@ -40,6 +40,7 @@ from replayloader.rate_limiter import RateLimiter  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
 
 STEPS_PER_CALL, BATCH, GAMMA = 2, 64, 0.99
+WARMUP = 1000  # transitions stored before learning starts
 
 
 class Actor:
@@ -112,7 +113,7 @@ def learn(q: nn.Module, target: nn.Module, optimizer: torch.optim.Optimizer, bat
     return (y - predicted).detach().abs() + 1e-3
 
 
-def train(seed: int, env_steps: int, workers: int, warmup: int = 1000) -> dict:
+def train(seed: int, env_steps: int, workers: int, warmup: int = WARMUP) -> dict:
     torch.manual_seed(seed)
     q = q_network()
     target = copy.deepcopy(q)
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--env-steps", type=int, default=30000)
     parser.add_argument("--bins", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=1000, help="transitions stored before learning starts")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="transitions stored before learning starts")
     parser.add_argument("--out", type=Path, default=None, help="markdown report (a .png plot beside it)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
