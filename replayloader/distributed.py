@@ -46,13 +46,11 @@ import numpy as np
 
 from .atomic import atomic_write
 from .checkpoint import StateFileError, flatten_state, unflatten_state
-from .feedback import check_feedback_array
+from .feedback import as_feedback_array, check_values
 from .sampler import PrioritizedSampler, SampledBatch
 from .storage import is_torch_tensor, to_numpy
-from .strategies import KNOWN_FEEDBACK
 
 _HEADER = 11  # status, step, epoch, k, keymask, draws, 4 RNG words, tree-mass bits
-_PER_EXAMPLE = ("loss", "grad_norm", "grad_bound", "weight")  # gathered as they are; the rest reduced on their rank
 
 
 # ----------------------------------------------------------------------------- the process group
@@ -425,27 +423,38 @@ class DistributedPrioritizedSampler:
             header[2] = batch.epoch
         values = self._values(feedback, k)
         header[3] = k
-        header[4] = sum(1 << KNOWN_FEEDBACK.index(name) for name in values)
-        return [positions, indices, *(values[name].view(np.int64) for name in KNOWN_FEEDBACK if name in values)]
+        keywords = self._keywords()
+        header[4] = sum(1 << keywords.index(name) for name in values)
+        return [positions, indices, *(values[name].view(np.int64) for name in keywords if name in values)]
+
+    def _keywords(self) -> tuple[str, ...]:
+        """The value keywords the update declares, in its order: what a gathered row can carry (the same on every
+        rank, whose samplers were checked identical at construction)."""
+        return tuple(self.sampler.update_rule.value_keywords)
 
     def _values(self, feedback: Mapping[str, Any], k: int) -> dict[str, np.ndarray]:
         """Per-example float64 values by keyword; logits/targets/mask are reduced here by the update rule."""
+        rule = self.sampler.update_rule
+        value_keywords, array_keywords = self._keywords(), tuple(rule.array_keywords)
         checked: dict[str, np.ndarray] = {}
         for name, value in feedback.items():
-            if name not in KNOWN_FEEDBACK:
-                raise TypeError(f"unknown feedback keyword {name!r}; known: {list(KNOWN_FEEDBACK)}")
-            checked[name] = to_numpy(value, name)
-            if name in _PER_EXAMPLE:
-                checked[name] = check_feedback_array(name, checked[name], k, "indices")
-        rule = self.sampler.update_rule
-        reduced = rule.values(checked)  # raises here, on its own rank, when the rule lacks its keyword
-        if any(name not in _PER_EXAMPLE for name in checked):
-            key = rule.feedback_key or "grad_bound"
-            if key not in _PER_EXAMPLE:
+            if name in value_keywords:
+                checked[name] = as_feedback_array(name, value, k, "indices")
+                check_values(name, checked[name])
+            elif name in array_keywords:
+                checked[name] = to_numpy(value, name)
+            else:
+                raise TypeError(f"unknown feedback keyword {name!r} for {type(rule).__name__}; accepted: "
+                                f"{[*value_keywords, *array_keywords] or 'none'}")
+        if any(name in array_keywords for name in checked):  # reduced here, on its own rank, to one value each
+            key = rule.feedback_key
+            if key not in value_keywords:
                 raise TypeError(f"{type(rule).__name__} reads {sorted(checked)}, which a distributed sampler "
-                                f"cannot gather; pass per-example values ({', '.join(_PER_EXAMPLE)})")
-            return {key: check_feedback_array(key, reduced, k, "indices")}
-        return {name: value for name, value in checked.items()}
+                                f"cannot gather; pass per-example values ({', '.join(value_keywords)})")
+            reduced = as_feedback_array(key, rule.values(checked), k, "indices")
+            check_values(key, reduced)
+            return {key: reduced}
+        return checked
 
     def _start_gather(self, record: np.ndarray) -> Callable[[], np.ndarray]:
         """One all-gather of fixed-width rows, started (`_finish_gather` completes it)."""
@@ -513,9 +522,8 @@ class DistributedPrioritizedSampler:
         table = np.concatenate(parts, axis=1)
         return table[0], table[1], {name: table[2 + i].view(np.float64) for i, name in enumerate(names)}
 
-    @staticmethod
-    def _names(mask: int) -> list[str]:
-        return [name for i, name in enumerate(KNOWN_FEEDBACK) if mask >> i & 1]
+    def _names(self, mask: int) -> list[str]:
+        return [name for i, name in enumerate(self._keywords()) if mask >> i & 1]
 
     # ------------------------------------------------------------------ checkpoint
     def state_dict(self) -> dict:
