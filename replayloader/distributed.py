@@ -323,6 +323,11 @@ class DistributedPrioritizedSampler:
         """Steps per epoch (global batches; each rank gets one share of each)."""
         return len(self.sampler)
 
+    @property
+    def num_examples(self) -> int:
+        """N, the dataset size (the shared sampler's)."""
+        return self.sampler.num_examples
+
     def set_epoch(self, epoch: int) -> None:
         """See `advance_to_epoch` (Lightning calls this on a DataLoader's ``batch_sampler.sampler``)."""
         advance_to_epoch(self, epoch)
