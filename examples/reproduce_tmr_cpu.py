@@ -38,7 +38,7 @@ ABLATIONS = {"tmr-loss_diff-uniform": ("tmr-loss_diff", ("--alpha", "0")),
              "tmr-fifo-uniform": ("tmr-loss_diff", ("--alpha", "0", "--eviction", "fifo"))}
 SEEDS = (0, 1, 2, 3, 4)
 STEPS = 5000
-TRAIN_LINES = 16_600  # of python-docs' 18,479 non-blank lines (Python 3.11); the rest is the held-out text
+TRAIN_LINES = 16_600  # of python-docs' 18,479 non-blank lines (snapshot v1); the rest is the held-out text
 REFERENCE_SEED = 1000
 HELDOUT_EVERY = 250
 CHECKPOINT_EVERY = 625  # 1/8 of the steps: 25, 50 and 100% are among them
