@@ -4,18 +4,22 @@ Every table and figure of results/REPRODUCTION.md comes from this one script, in
 
 1. ``reference``: one ELECTRA run (seed 1000, not an arm's seed) whose final generator is the fixed reference
    corruptor; ``heldout`` then corrupts python-docs' last lines (never trained on: the arms use the first
-   16,600) once with it, seed 0, into ``OUT/heldout.safetensors``.
+   16,600) once with it, seed 0, into ``OUT/heldout.safetensors``. That file is committed under
+   results/reproduce_tmr/ with the records, and restored from there, so a fresh machine skips this stage.
 2. ``pretrain``: every arm x seed, 5,000 tiny steps, scored on that held-out file every 250 steps; checkpoints
    every 625 steps are all kept (fine-tuning starts from 25/50/100% of the steps).
 3. ``finetune``: the discriminators at 25, 50 and 100% of every finished run, exported from its checkpoints,
    fine-tuned on the GLUE tasks available offline (CoLA, SST-2, MRPC, STS-B, RTE): 2,000-example training
    subsets, full dev sets, fine-tuning seeds 0-2, lr 1e-3 (the tiny model's rate).
-4. ``summary``: examples/reproduce_tmr_summary.py writes the tables and plots from whatever runs are done.
+4. ``export``: as each run or fine-tuning job finishes, its compact record is written under
+   results/reproduce_tmr/ (examples/reproduce_tmr_data.py); commit those files: they are the raw data.
+5. ``summary``: examples/reproduce_tmr_summary.py writes the tables and plots from the committed records alone.
 
     python examples/reproduce_tmr_cpu.py                     # everything not done yet, 2 runs at a time
     python examples/reproduce_tmr_cpu.py --seeds 0 1 2       # a chunk: the first three paired seeds
     python examples/reproduce_tmr_cpu.py --stages pretrain   # only pretraining (then finetune, later)
     python examples/reproduce_tmr_cpu.py --list              # every job and its status; nothing runs
+    python examples/reproduce_tmr_cpu.py --export            # only (re)write the compact records of finished runs
 
 Stop it at any time (the runs checkpoint every 625 steps and resume exactly); start it again to continue.
 """
@@ -23,10 +27,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from reproduce_tmr_data import RESULTS, export_finished
 from run_queue import REPO, Job, pretrain_command, run_jobs
 
 ARMS = ("electra", "tmr-loss_diff", "tmr-grad_norm", "tmr-grad_bound")
@@ -86,15 +92,27 @@ def finetune_job(out: Path, run: Job, step: int) -> Job:
     return Job(name, target, ["sh", "-c", f"{shlex.join(export)} && {shlex.join(finetune)}"], done_file="results.md")
 
 
+HELDOUT_FILES = ("heldout.safetensors", "heldout.json")  # the shared test set and how it was made
+
+
+def restore_heldout(out: Path, results: Path) -> bool:
+    """Copy the committed held-out set into ``out`` (a fresh machine then needs no reference run); True if ``out``
+    has one afterwards."""
+    if not (out / HELDOUT_FILES[0]).exists() and all((results / name).exists() for name in HELDOUT_FILES):
+        out.mkdir(parents=True, exist_ok=True)
+        for name in HELDOUT_FILES:
+            shutil.copyfile(results / name, out / name)
+    return (out / HELDOUT_FILES[0]).exists()
+
+
 def make_heldout_file(out: Path) -> None:
-    target = out / "heldout.safetensors"
-    if target.exists():
-        return
+    """Corrupt python-docs' held-out lines once with the reference run's final generator."""
+    target = out / HELDOUT_FILES[0]
     made = subprocess.run([sys.executable, str(REPO / "examples" / "electra_tmr.py"), "heldout",
                            "--run", str(out / "pretrain" / "reference"), "--start-line", str(TRAIN_LINES),
                            "--examples", "512", "--seed", "0", "--output", str(target)],
                           check=True, cwd=REPO, stdout=subprocess.PIPE, text=True)
-    (out / "heldout.json").write_text(made.stdout)  # how it was made, for the summary
+    (out / HELDOUT_FILES[1]).write_text(made.stdout)  # how it was made, for the summary
 
 
 def main() -> int:
@@ -107,9 +125,19 @@ def main() -> int:
                         help="what to run (default both; the summary follows unless --no-summary)")
     parser.add_argument("--list", action="store_true", help="print every job and its status, run nothing")
     parser.add_argument("--no-summary", action="store_true", help="do not write the summary at the end")
+    parser.add_argument("--results", default=str(RESULTS), help="where the compact per-run records go")
+    parser.add_argument("--export", action="store_true", help="only export the finished runs' compact records")
     args = parser.parse_args()
-    out = Path(args.out)
+    out, results = Path(args.out), Path(args.results)
     reference, arms = reference_job(out), arm_jobs(out, args.arms, args.seeds)
+
+    def export(_job: Job | None = None) -> None:
+        for path in export_finished(out, results):
+            print(f"exported {path.relative_to(REPO) if path.is_relative_to(REPO) else path}", flush=True)
+
+    if args.export:
+        export()
+        return 0
     if args.list:
         for job in [reference, *arms]:
             print(f"{job.status():8s} {job.name}: {' '.join(job.start[8:])}")
@@ -117,16 +145,20 @@ def main() -> int:
             print(f"{job.name}: fine-tuning at steps {', '.join(f'{m} ({finetune_job(out, job, m).status()})' for m in MARKS)}")
         return 0
     if "pretrain" in args.stages:
-        if "reference" not in run_jobs([reference], out, args.parallel):
-            print("the reference run did not finish; see its log", file=sys.stderr)
-            return 1
-        make_heldout_file(out)
-        run_jobs(arms, out, args.parallel)
+        if not restore_heldout(out, results):
+            if "reference" not in run_jobs([reference], out, args.parallel):
+                print("the reference run did not finish; see its log", file=sys.stderr)
+                return 1
+            make_heldout_file(out)
+        export()
+        run_jobs(arms, out, args.parallel, on_done=export)
     if "finetune" in args.stages:
         run_jobs([finetune_job(out, job, m) for job in arms if job.status() == "done" for m in MARKS], out,
-                 args.parallel)
+                 args.parallel, on_done=export)
+    export()
     if not args.no_summary:
-        subprocess.run([sys.executable, str(REPO / "examples" / "reproduce_tmr_summary.py"), str(out)], check=False)
+        subprocess.run([sys.executable, str(REPO / "examples" / "reproduce_tmr_summary.py"), str(results)],
+                       check=False)
     return 0
 
 
