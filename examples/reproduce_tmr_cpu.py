@@ -52,26 +52,26 @@ CHECKPOINT_EVERY = 625  # 1/8 of the steps: 25, 50 and 100% are among them
 REGIME = ("--preset", "tiny", "--corpus", "python-docs", "--max-lines", str(TRAIN_LINES), "--steps", str(STEPS))
 
 
-def pretrain_job(out: Path, name: str, variant: str, seed: int, *extra: str) -> Job:
+def pretrain_job(out: Path, name: str, variant: str, seed: int, *extra: str, nice: int = 15) -> Job:
     run = out / "pretrain" / name
     common = ("--output-dir", str(run), "--checkpoint-every", str(CHECKPOINT_EVERY), "--keep-checkpoints", "0")
     start = pretrain_command("--variant", variant, "--seed", str(seed), *REGIME, "--cache-dir", str(out / "cache"),
-                             *extra, *common)
-    return Job(name, run, start, resume=pretrain_command("--resume", str(run), *common))
+                             *extra, *common, nice=nice)
+    return Job(name, run, start, resume=pretrain_command("--resume", str(run), *common, nice=nice))
 
 
-def reference_job(out: Path) -> Job:
-    return pretrain_job(out, "reference", "electra", REFERENCE_SEED)
+def reference_job(out: Path, nice: int = 15) -> Job:
+    return pretrain_job(out, "reference", "electra", REFERENCE_SEED, nice=nice)
 
 
-def arm_jobs(out: Path, arms: list[str], seeds: list[int]) -> list[Job]:
+def arm_jobs(out: Path, arms: list[str], seeds: list[int], nice: int = 15) -> list[Job]:
     """Seed by seed, so that the paired sets complete in order."""
     heldout = ("--heldout", str(out / "heldout.safetensors"), "--heldout-every", str(HELDOUT_EVERY))
     jobs = []
     for seed in seeds:
         for arm in arms:
             variant, extra = ABLATIONS.get(arm, (arm, ()))
-            jobs.append(pretrain_job(out, f"{arm}-seed{seed}", variant, seed, *heldout, *extra))
+            jobs.append(pretrain_job(out, f"{arm}-seed{seed}", variant, seed, *heldout, *extra, nice=nice))
     return jobs
 
 
@@ -80,14 +80,14 @@ GLUE_TASKS = ("cola", "sst2", "mrpc", "stsb", "rte")
 FINETUNE = ("--task", *GLUE_TASKS, "--max-train-examples", "2000", "--seeds", "0", "1", "2", "--lr", "1e-3")
 
 
-def finetune_job(out: Path, run: Job, step: int) -> Job:
+def finetune_job(out: Path, run: Job, step: int, nice: int = 15) -> Job:
     """Export the run's checkpoint at ``step`` and fine-tune its discriminator on the GLUE tasks."""
     name = f"{run.name}-at{step}"
     target = out / "finetune" / name
     cli = [sys.executable, str(REPO / "examples" / "electra_tmr.py")]
     export = [*cli, "export", "--checkpoint", str(run.run_dir / "checkpoints" / f"step-{step:08d}"),
               "--output-dir", str(target / "model")]
-    finetune = ["nice", "-n", "15", *cli, "finetune", "--checkpoint", f"{name}={target / 'model' / 'discriminator'}",
+    finetune = ["nice", "-n", str(nice), *cli, "finetune", "--checkpoint", f"{name}={target / 'model' / 'discriminator'}",
                 *FINETUNE, "--output-dir", str(target), "--threads", "1", "--no-progress"]
     return Job(name, target, ["sh", "-c", f"{shlex.join(export)} && {shlex.join(finetune)}"], done_file="results.md")
 
@@ -119,6 +119,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(REPO / "runs" / "reproduce_tmr"))
     parser.add_argument("--parallel", type=int, default=2, help="runs at once (default 2, one thread each)")
+    parser.add_argument("--nice", type=int, default=15, help="niceness of each run (default 15)")
     parser.add_argument("--arms", nargs="+", default=list(ARMS), choices=[*ARMS, *EXTRA_ARMS, *ABLATIONS])
     parser.add_argument("--seeds", nargs="+", type=int, default=list(SEEDS))
     parser.add_argument("--stages", nargs="+", default=["pretrain", "finetune"], choices=["pretrain", "finetune"],
@@ -129,7 +130,7 @@ def main() -> int:
     parser.add_argument("--export", action="store_true", help="only export the finished runs' compact records")
     args = parser.parse_args()
     out, results = Path(args.out), Path(args.results)
-    reference, arms = reference_job(out), arm_jobs(out, args.arms, args.seeds)
+    reference, arms = reference_job(out, args.nice), arm_jobs(out, args.arms, args.seeds, args.nice)
 
     def export(_job: Job | None = None) -> None:
         for path in export_finished(out, results):
@@ -153,7 +154,7 @@ def main() -> int:
         export()
         run_jobs(arms, out, args.parallel, on_done=export)
     if "finetune" in args.stages:
-        run_jobs([finetune_job(out, job, m) for job in arms if job.status() == "done" for m in MARKS], out,
+        run_jobs([finetune_job(out, job, m, args.nice) for job in arms if job.status() == "done" for m in MARKS], out,
                  args.parallel, on_done=export)
     export()
     if not args.no_summary:
