@@ -4,7 +4,7 @@ Every table and figure of results/REPRODUCTION.md comes from this one script, in
 
 1. ``reference``: one ELECTRA run (seed 1000, not an arm's seed) whose final generator is the fixed reference
    corruptor; ``heldout`` then corrupts python-docs' last lines (never trained on: the arms use the first
-   16,600) once with it, seed 0, into ``OUT/heldout.safetensors``. That file is committed under
+   16,600) once with it, seed 0, into ``OUT/heldout.safetensors``. That file is committed (gzip) under
    results/reproduce_tmr/ with the records, and restored from there, so a fresh machine skips this stage.
 2. ``pretrain``: every arm x seed, 5,000 tiny steps, scored on that held-out file every 250 steps; checkpoints
    every 625 steps are all kept (fine-tuning starts from 25/50/100% of the steps).
@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from reproduce_tmr_data import RESULTS, export_finished
+from reproduce_tmr_data import RESULTS, export_finished, restore_heldout
 from run_queue import REPO, Job, pretrain_command, run_jobs
 
 ARMS = ("electra", "tmr-loss_diff", "tmr-grad_norm", "tmr-grad_bound")
@@ -92,27 +91,14 @@ def finetune_job(out: Path, run: Job, step: int, nice: int = 15) -> Job:
     return Job(name, target, ["sh", "-c", f"{shlex.join(export)} && {shlex.join(finetune)}"], done_file="results.md")
 
 
-HELDOUT_FILES = ("heldout.safetensors", "heldout.json")  # the shared test set and how it was made
-
-
-def restore_heldout(out: Path, results: Path) -> bool:
-    """Copy the committed held-out set into ``out`` (a fresh machine then needs no reference run); True if ``out``
-    has one afterwards."""
-    if not (out / HELDOUT_FILES[0]).exists() and all((results / name).exists() for name in HELDOUT_FILES):
-        out.mkdir(parents=True, exist_ok=True)
-        for name in HELDOUT_FILES:
-            shutil.copyfile(results / name, out / name)
-    return (out / HELDOUT_FILES[0]).exists()
-
-
 def make_heldout_file(out: Path) -> None:
     """Corrupt python-docs' held-out lines once with the reference run's final generator."""
-    target = out / HELDOUT_FILES[0]
+    target = out / "heldout.safetensors"
     made = subprocess.run([sys.executable, str(REPO / "examples" / "electra_tmr.py"), "heldout",
                            "--run", str(out / "pretrain" / "reference"), "--start-line", str(TRAIN_LINES),
                            "--examples", "512", "--seed", "0", "--output", str(target)],
                           check=True, cwd=REPO, stdout=subprocess.PIPE, text=True)
-    (out / HELDOUT_FILES[1]).write_text(made.stdout)  # how it was made, for the summary
+    (out / "heldout.json").write_text(made.stdout)  # how it was made, for the summary
 
 
 def main() -> int:

@@ -9,7 +9,7 @@ an unchanged run changes nothing in git), one file per run:
   base-rate entropy, scoring seconds) and one ``window`` line per ``WINDOW`` steps (the mean and the count of
   every logged number over those steps, so any mean over whole windows is exact);
 - ``finetune/ARM-seedS-atSTEP.jsonl.gz``: the fine-tuning job's per-run rows (task, seed, metrics);
-- ``heldout.safetensors`` and ``heldout.json``: the shared held-out set (the reference generator's corruption of
+- ``heldout.safetensors.gz`` and ``heldout.json``: the shared held-out set (the reference generator's corruption of
   python-docs' last lines) and how it was made.
 
 `load_runs` and `load_finetuning` read them back for examples/reproduce_tmr_summary.py.
@@ -31,6 +31,7 @@ RESULTS = REPO / "results" / "reproduce_tmr"
 WINDOW = 50  # steps per logged window; every window the summary uses (25/50/100%, the last 500) is a multiple
 HELDOUT_KEYS = ("heldout_auc", "heldout_loss", "heldout_base_entropy", "heldout_seconds")
 TIMING_KEYS = ("step_seconds", "produce_seconds")
+HELDOUT_FILES = ("heldout.safetensors.gz", "heldout.json")  # committed: the shared test set and how it was made
 
 
 def write_jsonl_gz(path: Path, rows: list[dict]) -> None:
@@ -168,9 +169,26 @@ def export_finished(out: Path, results: Path = RESULTS) -> list[Path]:
         if (job_dir / "results.md").exists() and _stale(target, rows_file):
             write_jsonl_gz(target, [json.loads(line) for line in rows_file.read_text().splitlines() if line])
             written.append(target)
-    for name in ("heldout.safetensors", "heldout.json"):  # the shared test set, so later runs score the same tokens
-        if (out / name).exists() and _stale(results / name, out / name):
-            results.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(out / name, results / name)
-            written.append(results / name)
+    # the shared test set (gzip: 1.2 MB -> 0.14 MB), so later runs on any machine score the same tokens
+    heldout, committed = out / "heldout.safetensors", results / HELDOUT_FILES[0]
+    if heldout.exists() and _stale(committed, heldout):
+        results.mkdir(parents=True, exist_ok=True)
+        committed.write_bytes(gzip.compress(heldout.read_bytes(), compresslevel=9, mtime=0))
+        written.append(committed)
+    made, committed = out / HELDOUT_FILES[1], results / HELDOUT_FILES[1]
+    if made.exists() and _stale(committed, made):
+        shutil.copyfile(made, committed)
+        written.append(committed)
     return written
+
+
+def restore_heldout(out: Path, results: Path = RESULTS) -> bool:
+    """Unpack the committed held-out set into ``out`` (a fresh machine then needs no reference run); True if ``out``
+    has one afterwards."""
+    target = out / "heldout.safetensors"
+    if not target.exists() and all((results / name).exists() for name in HELDOUT_FILES):
+        out.mkdir(parents=True, exist_ok=True)
+        with gzip.open(results / HELDOUT_FILES[0], "rb") as packed:
+            target.write_bytes(packed.read())
+        shutil.copyfile(results / HELDOUT_FILES[1], out / HELDOUT_FILES[1])
+    return target.exists()

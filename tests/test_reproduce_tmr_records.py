@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 pytest.importorskip("matplotlib")
 import reproduce_tmr_summary as summary  # noqa: E402
 from reproduce_tmr_data import (WINDOW, RunData, compact_pretrain, export_finished, load_runs,  # noqa: E402
-                                read_jsonl_gz)
+                                read_jsonl_gz, restore_heldout)
 
 STEPS = summary.STEPS
 
@@ -71,9 +71,17 @@ def test_export_writes_finished_runs_only_and_identical_bytes_again(tmp_path):
     job.mkdir(parents=True)
     (job / "results_runs.jsonl").write_text(json.dumps({"task": "sst2", "seed": 0, "accuracy": 0.55}) + "\n")
     (job / "results.md").write_text("done")
+    heldout = bytes(range(256)) * 40  # stands in for the held-out safetensors file
+    (out / "heldout.safetensors").write_bytes(heldout)
+    (out / "heldout.json").write_text('{"examples": 390}')
     written = export_finished(out, results)
     assert sorted(p.relative_to(results).as_posix() for p in written) == [
-        "finetune/electra-seed0-at1250.jsonl.gz", "pretrain/electra-seed0.jsonl.gz"]
+        "finetune/electra-seed0-at1250.jsonl.gz", "heldout.json", "heldout.safetensors.gz",
+        "pretrain/electra-seed0.jsonl.gz"]
+    fresh = tmp_path / "fresh"  # a fresh machine: the held-out set comes from the committed copy
+    assert restore_heldout(fresh, results) and (fresh / "heldout.safetensors").read_bytes() == heldout
+    assert (fresh / "heldout.json").read_text() == '{"examples": 390}'
+    assert not restore_heldout(tmp_path / "none", tmp_path / "no-records")
     first = (results / "pretrain" / "electra-seed0.jsonl.gz").read_bytes()
     assert export_finished(out, results) == []  # nothing stale
     (results / "pretrain" / "electra-seed0.jsonl.gz").unlink()
