@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -400,9 +401,10 @@ def main() -> int:
     heldout_file = records / "heldout.json"
     heldout = json.loads(heldout_file.read_text()) if heldout_file.exists() else {}
     header = ["# Phase 2 tables (generated)", "",
-              "Made by `python examples/reproduce_tmr_summary.py` from the committed compact records in "
-              "`results/reproduce_tmr/` (written by `python examples/reproduce_tmr_cpu.py`); runs on a 2-core CPU, "
-              "no GPU, one torch thread per run. Plot: `reproduction_curves.png`.", ""]
+              f"Made by `python examples/reproduce_tmr_summary.py` on {time.strftime('%Y-%m-%d', time.gmtime())} "
+              "from the committed compact records in `results/reproduce_tmr/` (written by "
+              "`python examples/reproduce_tmr_cpu.py`); runs on a shared 2-core CPU, no GPU, one torch thread per "
+              "run. Plot: `reproduction_curves.png`.", ""]
     if heldout:
         header += [f"Held-out set: {heldout.get('examples')} examples from python-docs (snapshot v1) lines "
                    f"{heldout.get('start_line', 16600):,} on, corrupted once by the reference generator "
