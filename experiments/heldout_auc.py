@@ -4,6 +4,7 @@ exported discriminator scores them: ranking AUC of replaced over original tokens
 entropy. A high training AUC with a chance-level held-out AUC means the discriminator memorised a small corpus.
 
     python experiments/heldout_auc.py RUN_DIR TEXT_FILE[.gz] [--skip-lines N] [--examples 256]
+    python experiments/heldout_auc.py RUN_DIR python-docs --skip-lines 16600   # the frozen snapshot's last lines
 """
 from __future__ import annotations
 
@@ -16,12 +17,16 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from integrations.electra.corpus import manifest, snapshot_file  # noqa: E402
 from integrations.electra.pretrain.config import saved_run_config  # noqa: E402
 from integrations.electra.pretrain.heldout import build_heldout_set, evaluate_heldout  # noqa: E402
 
 
 def heldout_lines(path: str, skip: int) -> list[str]:
+    """Non-blank lines after the first ``skip`` of a text file, or of an embedded corpus's verified snapshot."""
+    if path in manifest():
+        path = str(snapshot_file(path)[0])
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as text:
         return [line.strip() for i, line in enumerate(text) if i >= skip and line.strip()]
@@ -43,7 +48,7 @@ def heldout_auc(run: Path, text_file: str, skip_lines: int = 0, examples: int = 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run")
-    parser.add_argument("text_file")
+    parser.add_argument("text_file", help="a .txt/.gz file, or an embedded corpus name (python-docs)")
     parser.add_argument("--skip-lines", type=int, default=0, help="start after this many lines of the file")
     parser.add_argument("--examples", type=int, default=256, help="packed examples to score (default 256)")
     args = parser.parse_args()

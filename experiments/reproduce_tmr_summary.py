@@ -1,15 +1,17 @@
-"""Tables and figures of issue 11's phase 2 from the runs of experiments/reproduce_tmr_cpu.py (any subset done).
+"""Tables and figure of issue 11's phase 2, recomputed from the committed compact records alone.
 
-    python experiments/reproduce_tmr_summary.py runs/reproduce_tmr     # -> results/reproduction_tables.md + .png
+    python experiments/reproduce_tmr_summary.py      # results/reproduce_tmr/ -> results/reproduction_tables.md + .png
 
-- Held-out AUC and L_D (the same corrupted tokens for every run) at 25/50/100% of the steps: mean ± sample std
-  over seeds, and the paired difference TMR - ELECTRA (same seed) with a percentile-bootstrap 95% CI.
-- Curves (the paper's Fig. 2 and Fig. 3 analogues): held-out AUC and L_D above the base-rate entropy, mean over
-  seeds with a 95% t band, against steps and against wall time. A run's wall-time axis is its step count times
-  the median step time of its arm: the runs shared a 2-core machine with other work, so per-step medians are
-  the stable measure of cost.
-- Runtime (paper Table 2 analogue) and drift (generator change rate, replaced-token accuracy on fresh against
-  replayed rows, age of replayed examples) over training.
+Reads results/reproduce_tmr/ (written by experiments/reproduce_tmr_cpu.py as runs finish; format in
+experiments/reproduce_tmr_data.py), so it works from a fresh clone with no ``runs/`` folder. It lists which runs
+exist, then:
+- the primary endpoints, fixed before the regenerated runs (REPRODUCTION.md, "Endpoints"): held-out AUC at
+  1,250 steps (25%), paired by seed, for three comparisons; mean difference with a paired t 95% CI, the paired
+  t-test's p and its Bonferroni adjustment for the three;
+- secondary (descriptive) endpoints with the same paired t intervals: held-out AUC and L_D at 25/50/100%, the
+  mean AUC over training, the first step at AUC >= 0.6, and the held-out AUC at equal wall time;
+- runtime, drift and GLUE tables; the figure (main comparison in its own panel; arms with fewer than 3 seeds
+  drawn seed by seed; t bands clipped to the metric's range).
 """
 from __future__ import annotations
 
@@ -17,49 +19,113 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the checkout, so this runs from any cwd
 from experiments.reproduce_tmr_cpu import ABLATIONS, ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS  # noqa: E402
-from experiments.run_queue import REPO  # noqa: E402
-from integrations.electra.common import format_mean_std  # noqa: E402
-from integrations.electra.finetune.tasks import GLUE_TASKS as GLUE_TABLE  # noqa: E402
-from integrations.electra.pretrain.metrics import read_metrics  # noqa: E402
+from experiments.reproduce_tmr_data import RESULTS, RunData, load_finetuning, load_runs  # noqa: E402
+from integrations.electra.common import format_mean_std as mean_std  # noqa: E402
+from integrations.electra.finetune.tasks import get_task  # noqa: E402
+
 MARKS = (STEPS // 4, STEPS // 2, STEPS)  # 25, 50, 100% of the steps
 THRESHOLD = 0.6  # "has escaped the plateau": held-out AUC this high (the collapsed discriminator sits at 0.5)
+PRIMARY_STEP = STEPS // 4
+# One primary endpoint per question, fixed before the regenerated runs: held-out AUC at PRIMARY_STEP, arm − base.
+PRIMARY = (("tmr-loss_diff", "electra", "Does loss-difference replay (TMR) lift held-out AUC early?"),
+           ("tmr-fifo-uniform", "electra", "Does a plain window of recent examples (no weights at all) lift it?"),
+           ("tmr-loss_diff", "tmr-fifo-uniform", "Do TMR's weights (sampling + eviction) add to a plain window?"))
+MAIN_PAIR = ("electra", "tmr-loss_diff")
+ARM_ORDER = (*ARMS, *EXTRA_ARMS, *ABLATIONS)
+MIN_SEEDS_FOR_BAND = 3
 
 
-def load_runs(out: Path) -> dict[str, dict[int, list[dict]]]:
-    """arm -> seed -> metrics records, for every finished arm run (with the derived weight ESS fraction)."""
-    runs: dict[str, dict[int, list[dict]]] = {}
-    for run in sorted((out / "pretrain").glob("*-seed*")):
-        if not (run / "summary.json").exists():
-            continue
-        arm, seed = run.name.rsplit("-seed", 1)
-        records = read_metrics(run / "metrics.jsonl")
-        for r in records:
-            if r.get("buffer_weight_std") is not None and r.get("buffer_weight_mean"):
-                r["weight_ess_fraction"] = 1.0 / (1.0 + (r["buffer_weight_std"] / r["buffer_weight_mean"]) ** 2)
-        runs.setdefault(arm, {})[int(seed)] = records
-    return runs
+@dataclass
+class Paired:
+    """arm − base over the seeds both have: mean, paired t 95% CI and two-sided p (n >= 2)."""
+
+    seeds: list[int]
+    diffs: np.ndarray
+    mean: float
+    low: float = float("nan")
+    high: float = float("nan")
+    p: float = float("nan")
+
+    def text(self, digits: int = 3, adjusted: int = 1) -> str:
+        if len(self.diffs) == 0:
+            return "–"
+        if len(self.diffs) < 2:
+            return f"{self.mean:+.{digits}f} (n=1, no CI)"
+        p = f"p={self.p:.2g}" + (f", Bonferroni ×{adjusted}: {min(1.0, self.p * adjusted):.2g}" if adjusted > 1 else "")
+        return f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] (n={len(self.diffs)}, {p})"
 
 
-def at(records: list[dict], key: str, step: int) -> float:
-    return next((r[key] for r in records if r["step"] == step and r.get(key) is not None), float("nan"))
+def paired(arm: dict[int, RunData], base: dict[int, RunData], value) -> Paired:
+    seeds = sorted(set(arm) & set(base))
+    pairs = [(s, value(arm[s]) - value(base[s])) for s in seeds]
+    pairs = [(s, d) for s, d in pairs if np.isfinite(d)]
+    diffs = np.array([d for _, d in pairs])
+    if len(diffs) == 0:
+        return Paired([], diffs, float("nan"))
+    result = Paired([s for s, _ in pairs], diffs, float(diffs.mean()))
+    if len(diffs) >= 2 and np.ptp(diffs) == 0:  # every pair differs by the same amount: no spread to test
+        result.low = result.high = result.mean
+    elif len(diffs) >= 2:
+        test = stats.ttest_1samp(diffs, 0.0)  # the paired t-test: differences against 0
+        ci = test.confidence_interval(0.95)
+        result.low, result.high, result.p = float(ci.low), float(ci.high), float(test.pvalue)
+    return result
 
 
-def curve(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
-    points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-    steps, values = zip(*points) if points else ((), ())
-    return np.asarray(steps), np.asarray(values, float)
+def auc_at(step: int):
+    return lambda run: run.heldout_at("heldout_auc", step)
 
 
-def window_mean(records: list[dict], key: str, first: int, last: int) -> float:
-    values = [r[key] for r in records if first <= r["step"] <= last and r.get(key) is not None]
-    return float(np.mean(values)) if values else float("nan")
+def auc_area(run: RunData) -> float:
+    """Mean held-out AUC over every scoring step: one number for 'how good, how early'."""
+    return float(np.mean(run.heldout_curve("heldout_auc")[1]))
+
+
+def first_step_over(run: RunData, threshold: float = THRESHOLD) -> float:
+    steps, values = run.heldout_curve("heldout_auc")
+    over = np.flatnonzero(values >= threshold)
+    return float(steps[over[0]]) if len(over) else float("nan")
+
+
+def scoring_wall_seconds(run: RunData) -> tuple[np.ndarray, np.ndarray]:
+    """Each held-out scoring's step and the run's wall seconds when it was taken (steps + earlier scorings)."""
+    steps, _ = run.heldout_curve("heldout_auc")
+    clock = np.cumsum(run.step_seconds)
+    scoring = np.cumsum([r.get("heldout_seconds") or 0.0 for r in run.heldout if r.get("heldout_auc") is not None])
+    return steps, clock[steps - 1] + np.concatenate([[0.0], scoring[:-1]])
+
+
+def auc_by_wall(run: RunData, seconds: float) -> float:
+    """Held-out AUC of the last scoring the run had taken by ``seconds`` of its own wall time (NaN if none)."""
+    _, values = run.heldout_curve("heldout_auc")
+    _, wall = scoring_wall_seconds(run)
+    reached = np.flatnonzero(wall <= seconds)
+    return float(values[reached[-1]]) if len(reached) else float("nan")
+
+
+def equal_wall_difference(arm: dict[int, RunData], base: dict[int, RunData], step: int) -> Paired:
+    """arm − base in held-out AUC when both have run as long as the base run took to reach ``step``."""
+    def base_wall(run: RunData) -> float:
+        steps, wall = scoring_wall_seconds(run)
+        return float(wall[steps == step][0]) if (steps == step).any() else float("nan")
+
+    seeds = sorted(set(arm) & set(base))
+    diffs = {s: auc_by_wall(arm[s], base_wall(base[s])) - auc_by_wall(base[s], base_wall(base[s])) for s in seeds}
+    return paired({s: _Const(d) for s, d in diffs.items()}, {s: _Const(0.0) for s in diffs}, lambda c: c.value)
+
+
+@dataclass
+class _Const:
+    value: float
 
 
 def finite_mean(values: list[float]) -> float:
@@ -67,135 +133,157 @@ def finite_mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
-def auc_area(records: list[dict]) -> float:
-    """Mean held-out AUC over every scoring step: one number for 'how good, how early'."""
-    return float(np.mean(curve(records, "heldout_auc")[1]))
+def median_step_seconds(runs: dict[int, RunData]) -> float:
+    return float(np.median(np.concatenate([r.step_seconds[1:] for r in runs.values()])))
 
 
-def first_step_over(records: list[dict], threshold: float = THRESHOLD) -> float:
-    """First scoring step whose held-out AUC is at least ``threshold`` (NaN if never)."""
-    steps, values = curve(records, "heldout_auc")
-    over = np.flatnonzero(values >= threshold)
-    return float(steps[over[0]]) if len(over) else float("nan")
-
-
-def paired_difference(arm: dict, base: dict, value, digits: int = 4) -> str:
-    """Mean of value(arm[seed]) - value(base[seed]) over the seeds both have, with a percentile-bootstrap 95% CI
-    and the paired t-test's two-sided p (n >= 3)."""
-    seeds = sorted(set(arm) & set(base))
-    diffs = np.array([value(arm[s]) - value(base[s]) for s in seeds])
-    diffs = diffs[np.isfinite(diffs)]
-    if len(diffs) == 0:
-        return "–"
-    if len(diffs) < 3:
-        return f"{diffs.mean():+.{digits}f} (n={len(diffs)}, no CI)"
-    ci = stats.bootstrap((diffs,), np.mean, confidence_level=0.95, method="percentile", n_resamples=10_000,
-                         random_state=0).confidence_interval
-    p = stats.ttest_1samp(diffs, 0.0).pvalue  # the paired t-test: differences against 0
-    return f"{diffs.mean():+.{digits}f} [{ci.low:+.{digits}f}, {ci.high:+.{digits}f}] (n={len(diffs)}, p={p:.2g})"
-
-
-def band(runs: dict[int, list[dict]], key: str, gap_key: str | None = None):
-    """Steps and the mean with a 95% t band over seeds of ``key`` (minus ``gap_key`` when given)."""
+# ----------------------------------------------------------------------------- figure
+def band(runs: dict[int, RunData], key: str, gap_key: str | None = None):
+    """Steps, the per-seed matrix, and the mean with a 95% t band over seeds of ``key`` (minus ``gap_key``)."""
     series = []
-    for records in runs.values():
-        steps, values = curve(records, key)
+    for run in runs.values():
+        steps, values = run.heldout_curve(key)
         if gap_key is not None:
-            values = values - curve(records, gap_key)[1]
+            values = values - run.heldout_curve(gap_key)[1]
         series.append((steps, values))
     length = min(len(v) for _, v in series)
-    steps = series[0][0][:length]
     matrix = np.array([v[:length] for _, v in series])
     mean = matrix.mean(0)
-    if len(matrix) < 2:
-        return steps, mean, mean, mean
-    half = stats.t.ppf(0.975, len(matrix) - 1) * matrix.std(0, ddof=1) / np.sqrt(len(matrix))
-    return steps, mean, mean - half, mean + half
+    half = (stats.t.ppf(0.975, len(matrix) - 1) * matrix.std(0, ddof=1) / np.sqrt(len(matrix))
+            if len(matrix) >= 2 else np.zeros_like(mean))
+    return series[0][0][:length], matrix, mean, mean - half, mean + half
 
 
-def median_step_seconds(runs: dict[int, list[dict]]) -> float:
-    return float(np.median([r["step_seconds"] for records in runs.values() for r in records[1:]]))
+def draw_arm(ax, runs: dict[int, RunData], key: str, gap: str | None, color: str, label: str, scale: float = 1.0,
+             limits: tuple[float, float] | None = None) -> None:
+    """Mean with a t band (clipped to ``limits``) from MIN_SEEDS_FOR_BAND seeds on; below that, one line per seed."""
+    steps, matrix, mean, low, high = band(runs, key, gap)
+    x = steps * scale
+    if len(matrix) < MIN_SEEDS_FOR_BAND:
+        for row, seed in zip(matrix, runs):
+            ax.plot(x, row, color=color, linestyle="--", alpha=0.8,
+                    label=f"{label} (seed {seed})" if len(matrix) > 1 else f"{label} (n=1)")
+        return
+    if limits is not None:
+        low, high = np.clip(low, *limits), np.clip(high, *limits)
+    ax.plot(x, mean, color=color, label=f"{label} (n={len(matrix)}, 95% t band)")
+    ax.fill_between(x, low, high, color=color, alpha=0.2)
 
 
-def plot(runs: dict[str, dict[int, list[dict]]], path: Path) -> None:
+def plot(runs: dict[str, dict[int, RunData]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("heldout_auc", None, "held-out AUC (same tokens for every run)"),
-              ("heldout_loss", "heldout_base_entropy", "held-out L_D minus base-rate entropy")]
-    fig, axes = plt.subplots(2, 2, figsize=(13, 8))
-    for row, (key, gap, title) in enumerate(panels):
-        for index, (arm, seeds) in enumerate(runs.items()):
-            steps, mean, low, high = band(seeds, key, gap)
-            for col, scale in enumerate((1.0, median_step_seconds(seeds) / 60)):
-                ax = axes[row, col]
-                x = steps * scale
-                ax.plot(x, mean, color=f"C{index}", label=f"{arm} (n={len(seeds)})")
-                ax.fill_between(x, low, high, color=f"C{index}", alpha=0.2)
-        for col, xlabel in enumerate(("step", "minutes (steps x the arm's median step time, 1 thread)")):
-            axes[row, col].set_title(title + (" vs wall time" if col else ""))
-            axes[row, col].set_xlabel(xlabel)
-            axes[row, col].grid(alpha=0.3)
-    axes[0, 0].legend()
+    colors = {arm: f"C{i}" for i, arm in enumerate(ARM_ORDER)}
+    auc = ("heldout_auc", None, (0.0, 1.0))
+    fig, axes = plt.subplots(2, 2, figsize=(14, 9))
+    main = axes[0, 0]
+    for arm in MAIN_PAIR:
+        if arm in runs:
+            draw_arm(main, runs[arm], *auc[:2], colors[arm], arm, limits=auc[2])
+    main.set_title("main comparison: held-out AUC, ELECTRA vs TMR (loss_diff)")
+    for arm, seeds in runs.items():
+        draw_arm(axes[0, 1], seeds, *auc[:2], colors[arm], arm, limits=auc[2])
+        draw_arm(axes[1, 0], seeds, *auc[:2], colors[arm], arm, scale=median_step_seconds(seeds) / 60,
+                 limits=auc[2])
+        draw_arm(axes[1, 1], seeds, "heldout_loss", "heldout_base_entropy", colors[arm], arm)
+    axes[0, 1].set_title("held-out AUC, every arm")
+    axes[1, 0].set_title("held-out AUC vs wall time (steps × the arm's median step time)")
+    axes[1, 1].set_title("held-out L_D minus base-rate entropy")
+    for ax in axes.flat:
+        ax.set_xlabel("minutes, 1 thread" if ax is axes[1, 0] else "step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in (main, axes[0, 1], axes[1, 0]):
+        ax.axhline(THRESHOLD, color="grey", linewidth=0.8, linestyle=":")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def paired_table(runs: dict[str, dict[int, list[dict]]], base_arm: str, arms: list[str]) -> list[str]:
-    """Each arm minus ``base_arm`` on the same seed: held-out AUC and L_D at the marks, the mean AUC over
-    training and the first step at the threshold."""
+# ----------------------------------------------------------------------------- tables
+def runs_present(runs: dict[str, dict[int, RunData]], finetuning: dict) -> list[str]:
+    lines = ["## Runs in results/reproduce_tmr/", "", "| arm | pretraining seeds (5,000 steps) | fine-tuned checkpoints |",
+             "|---|---|---|"]
+    for arm in ARM_ORDER:
+        if arm not in runs and not any(a == arm for a, _ in finetuning):
+            continue
+        tuned = [f"seed {s} @ {step:,}" for (a, step), seeds in sorted(finetuning.items()) if a == arm for s in sorted(seeds)]
+        lines.append(f"| {arm} | {', '.join(map(str, sorted(runs.get(arm, {})))) or '–'} | {', '.join(tuned) or '–'} |")
+    return lines
+
+
+def primary_table(runs: dict[str, dict[int, RunData]]) -> list[str]:
+    lines = ["", f"## Primary endpoints: held-out AUC at {PRIMARY_STEP:,} steps, arm − base on the same seed",
+             "", f"{len(PRIMARY)} primary comparisons, fixed before the runs; mean difference [paired t 95% CI] "
+             "(n pairs, paired t-test p, Bonferroni-adjusted p for the three). Per-seed differences listed.", "",
+             "| question | arm − base | difference | per seed |", "|---|---|---|---|"]
+    for arm, base, question in PRIMARY:
+        if arm not in runs or base not in runs:
+            lines.append(f"| {question} | {arm} − {base} | not yet run | |")
+            continue
+        result = paired(runs[arm], runs[base], auc_at(PRIMARY_STEP))
+        per_seed = ", ".join(f"{s}: {d:+.3f}" for s, d in zip(result.seeds, result.diffs))
+        lines.append(f"| {question} | {arm} − {base} | {result.text(adjusted=len(PRIMARY))} | {per_seed} |")
+    return lines
+
+
+def secondary_table(runs: dict[str, dict[int, RunData]], base_arm: str, arms: list[str]) -> list[str]:
+    """Each arm minus ``base_arm`` on the same seed, secondary endpoints (descriptive; unadjusted)."""
     base = runs.get(base_arm)
     if not base or not arms:
         return []
-    lines = ["", f"## Paired difference arm − {base_arm} (same seed), mean [bootstrap 95% CI] (n, paired t-test p)",
-             "", "| arm | " + " | ".join(f"ΔAUC @ {m:,}" for m in MARKS) + " | "
-             + " | ".join(f"ΔL_D @ {m:,}" for m in MARKS) + f" | Δ mean AUC over training | Δ first step AUC ≥ "
-             f"{THRESHOLD} |", "|---|" + "---|" * (2 * len(MARKS) + 2)]
+    endpoints = [(f"ΔAUC @ {m:,}", auc_at(m), 3) for m in MARKS]
+    endpoints += [(f"ΔL_D @ {m:,}", lambda r, m=m: r.heldout_at("heldout_loss", m), 3) for m in MARKS]
+    endpoints += [("Δ mean AUC over training", auc_area, 3), (f"Δ first step AUC ≥ {THRESHOLD}", first_step_over, 0)]
+    lines = ["", f"## Secondary: arm − {base_arm} (same seed), mean [paired t 95% CI] (n, p; unadjusted)", "",
+             "| arm | " + " | ".join(name for name, _, _ in endpoints) + f" | ΔAUC at {base_arm}'s wall time for "
+             f"{PRIMARY_STEP:,} steps |", "|---|" + "---|" * (len(endpoints) + 1)]
     for arm in arms:
-        seeds = runs[arm]
-        cells = [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_auc", m)) for m in MARKS]
-        cells += [paired_difference(seeds, base, lambda r, m=m: at(r, "heldout_loss", m)) for m in MARKS]
-        cells += [paired_difference(seeds, base, auc_area), paired_difference(seeds, base, first_step_over, 0)]
+        cells = [paired(runs[arm], base, value).text(digits) for _, value, digits in endpoints]
+        cells.append(equal_wall_difference(runs[arm], base, PRIMARY_STEP).text())
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     return lines
 
 
-def tables(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
-    base = runs.get("electra", {})
+def tables(runs: dict[str, dict[int, RunData]]) -> list[str]:
     marks = ", ".join(f"{m:,}" for m in MARKS)
-    lines = [f"## Held-out discriminator scores at steps {marks} (mean ± std over seeds)", "",
+    lines = ["", f"## Held-out discriminator scores at steps {marks} (mean ± std over seeds)", "",
              "| arm | seeds | " + " | ".join(f"AUC @ {m:,}" for m in MARKS) + " | "
              + " | ".join(f"L_D @ {m:,}" for m in MARKS) + f" | mean AUC over training | first step AUC ≥ {THRESHOLD} "
              "| fresh AUC, last 500 steps |", "|---|---|" + "---|" * (2 * len(MARKS) + 3)]
     for arm, seeds in runs.items():
-        cells = [format_mean_std([at(r, "heldout_auc", m) for r in seeds.values()]) for m in MARKS]
-        cells += [format_mean_std([at(r, "heldout_loss", m) for r in seeds.values()]) for m in MARKS]
-        cells += [format_mean_std([auc_area(r) for r in seeds.values()]), format_mean_std([first_step_over(r) for r in seeds.values()], 0)]
-        cells.append(format_mean_std([window_mean(r, "replaced_auc_fresh", STEPS - 499, STEPS) for r in seeds.values()]))
+        cells = [mean_std([r.heldout_at("heldout_auc", m) for r in seeds.values()]) for m in MARKS]
+        cells += [mean_std([r.heldout_at("heldout_loss", m) for r in seeds.values()]) for m in MARKS]
+        cells += [mean_std([auc_area(r) for r in seeds.values()]), mean_std([first_step_over(r) for r in seeds.values()], 0)]
+        cells.append(mean_std([r.window_mean("replaced_auc_fresh", STEPS - 499, STEPS) for r in seeds.values()]))
         lines.append(f"| {arm} | {len(seeds)} ({', '.join(map(str, sorted(seeds)))}) | " + " | ".join(cells) + " |")
-    lines += paired_table(runs, "electra", [arm for arm in runs if arm != "electra"])
-    # the ablations and the other weightings against the paper's main variant: what does the weighting add?
-    lines += paired_table(runs, "tmr-loss_diff", [arm for arm in runs if arm not in ("electra", "tmr-loss_diff")])
-    lines += ["", "## Per seed: held-out AUC at each mark, mean held-out AUC over training, first step at AUC ≥ "
+    lines += secondary_table(runs, "electra", [arm for arm in runs if arm != "electra"])
+    lines += secondary_table(runs, "tmr-loss_diff", [arm for arm in runs if arm not in ("electra", "tmr-loss_diff")])
+    lines += ["", "## Per seed: held-out AUC at each mark; mean held-out AUC over training; first step at AUC ≥ "
               f"{THRESHOLD}", "", "| seed | " + " | ".join(runs) + " |", "|---|" + "---|" * len(runs)]
     for seed in sorted({s for seeds in runs.values() for s in seeds}):
         cells = []
         for seeds in runs.values():
             r = seeds.get(seed)
-            cells.append("–" if r is None else " / ".join(f"{at(r, 'heldout_auc', m):.3f}" for m in MARKS)
+            cells.append("–" if r is None else " / ".join(f"{r.heldout_at('heldout_auc', m):.3f}" for m in MARKS)
                          + f"; {auc_area(r):.3f}; {first_step_over(r):.0f}")
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    base = runs.get("electra", {})
     lines += ["", "## Runtime (paper Table 2 analogue), measured in these runs", "",
-              "| arm | median s/step | relative to electra | producer s/step (mask + generator) | "
-              "wall minutes for the steps at the median |", "|---|---|---|---|---|"]
+              "Step times depend on what else ran on the shared 2-core machine; compare arms run side by side.", "",
+              "| arm | median s/step | relative to electra | producer s/step (mask + generator) | held-out scoring s "
+              "per pass | run wall minutes (steps + scoring), mean |", "|---|---|---|---|---|---|"]
     electra_step = median_step_seconds(base) if base else float("nan")
     for arm, seeds in runs.items():
         step = median_step_seconds(seeds)
-        produce = float(np.median([r["produce_seconds"] for rs in seeds.values() for r in rs[1:]]))
-        lines.append(f"| {arm} | {step:.3f} | {step / electra_step:.2f}× | {produce:.3f} | {step * STEPS / 60:.1f} |")
+        produce = float(np.median(np.concatenate([r.produce_seconds[1:] for r in seeds.values()])))
+        scoring = finite_mean([r["heldout_seconds"] for run in seeds.values() for r in run.heldout
+                               if r.get("heldout_seconds") is not None])
+        wall = np.mean([r.wall_seconds for r in seeds.values()]) / 60
+        lines.append(f"| {arm} | {step:.3f} | {step / electra_step:.2f}× | {produce:.3f} | {scoring:.2f} | {wall:.1f} |")
     windows = [(1, STEPS // 4), (STEPS // 4 + 1, STEPS // 2), (STEPS // 2 + 1, STEPS)]
     lines += ["", "## Drift over training (mean over steps in each window, then over seeds)", "",
               "generator change rate = share of masked tokens the generator replaced with another token; "
@@ -209,7 +297,7 @@ def tables(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
               "|---|---|---|---|---|---|---|---|---|"]
     for arm, seeds in runs.items():
         for first, last in windows:
-            cells = [finite_mean([window_mean(r, key, first, last) for r in seeds.values()])
+            cells = [finite_mean([r.window_mean(key, first, last) for r in seeds.values()])
                      for key in ("changed_fraction_produced", "replaced_accuracy_fresh",
                                  "replaced_accuracy_replayed", "replaced_auc_fresh", "sample_age_mean",
                                  "weight_ess_fraction", "buffer_mean_visits")]
@@ -218,21 +306,13 @@ def tables(runs: dict[str, dict[int, list[dict]]]) -> list[str]:
     return lines
 
 
-def load_finetuning(out: Path) -> dict[tuple[str, int], dict[int, dict[str, float]]]:
-    """(arm, step) -> pretraining seed -> task -> main GLUE metric x 100, averaged over fine-tuning seeds, for
-    every finished fine-tuning job (OUT/finetune/ARM-seedS-atSTEP/results_runs.jsonl)."""
-    scores: dict[tuple[str, int], dict[int, dict[str, float]]] = {}
-    for job in sorted((out / "finetune").glob("*-seed*-at*")):
-        if not (job / "results.md").exists():
-            continue
-        run, step = job.name.rsplit("-at", 1)
-        arm, seed = run.rsplit("-seed", 1)
-        with open(job / "results_runs.jsonl") as lines:
-            rows = [json.loads(line) for line in lines]
-        scores.setdefault((arm, int(step)), {})[int(seed)] = {
-            task: 100 * float(np.mean([r[GLUE_TABLE[task].main_metric] for r in rows if r["task"] == task]))
-            for task in GLUE_TASKS if any(r["task"] == task for r in rows)}
-    return scores
+# ----------------------------------------------------------------------------- GLUE
+def glue_scores(finetuning: dict) -> dict[tuple[str, int], dict[int, dict[str, float]]]:
+    """(arm, step) -> pretraining seed -> task -> main GLUE metric × 100, averaged over fine-tuning seeds."""
+    return {key: {seed: {task: 100 * float(np.mean([r[get_task(task).main_metric] for r in rows if r["task"] == task]))
+                         for task in GLUE_TASKS if any(r["task"] == task for r in rows)}
+                  for seed, rows in seeds.items()}
+            for key, seeds in finetuning.items()}
 
 
 def majority_scores() -> dict[str, float]:
@@ -263,7 +343,7 @@ def finetune_tables(scores: dict[tuple[str, int], dict[int, dict[str, float]]]) 
     """Table-1 layout (rows: arm at a step; cells: mean ± std over pretraining seeds) and the paired TMR − ELECTRA
     difference of the 5-task average."""
     if not scores:
-        return ["", "## GLUE dev (fine-tuning)", "", "No fine-tuning job has finished yet."]
+        return ["", "## GLUE dev (fine-tuning)", "", "No fine-tuning record in results/reproduce_tmr/finetune yet."]
     names = {"cola": "CoLA MCC", "sst2": "SST-2 acc", "mrpc": "MRPC acc", "stsb": "STS-B Spearman", "rte": "RTE acc"}
     lines = ["", "## GLUE dev, × 100 (mean ± std over pretraining seeds; each seed's score is the mean of "
              "fine-tuning seeds 0-2)", "",
@@ -278,48 +358,49 @@ def finetune_tables(scores: dict[tuple[str, int], dict[int, dict[str, float]]]) 
     if majority:
         lines.append("| majority class (most common training label) | – | – | "
                      + " | ".join(f"{majority[t]:.1f}" for t in GLUE_TASKS) + f" | {average(majority):.1f} |")
-    for (arm, step), seeds in sorted(scores.items(), key=lambda item: ((*ARMS, *EXTRA_ARMS, *ABLATIONS).index(item[0][0]),
-                                                                         item[0][1])):
-        cells = [format_mean_std([seeds[s].get(t, float("nan")) for s in seeds], 1) for t in GLUE_TASKS]
-        cells.append(format_mean_std([average(seeds[s]) for s in seeds], 1))
+    for (arm, step), seeds in sorted(scores.items(), key=lambda item: (ARM_ORDER.index(item[0][0]), item[0][1])):
+        cells = [mean_std([seeds[s].get(t, float("nan")) for s in seeds], 1) for t in GLUE_TASKS]
+        cells.append(mean_std([average(seeds[s]) for s in seeds], 1))
         lines.append(f"| {arm} | {step:,} | {len(seeds)} | " + " | ".join(cells) + " |")
-    lines += ["", "Paired difference TMR − ELECTRA (same pretraining seed), per task and of the 5-task average, mean "
-              "[bootstrap 95% CI] (n, paired t-test p):", "",
+    lines += ["", "Paired difference arm − ELECTRA (same pretraining seed), per task and of the 5-task average, mean "
+              "[paired t 95% CI] (n, p; secondary, unadjusted):", "",
               "| arm | step | " + " | ".join(f"Δ {names[t]}" for t in GLUE_TASKS) + " | Δ 5-task avg |",
               "|---|---|" + "---|" * (len(GLUE_TASKS) + 1)]
     for (arm, step), seeds in sorted(scores.items()):
         base = scores.get(("electra", step))
         if arm == "electra" or not base:
             continue
-        cells = [paired_difference(seeds, base, lambda per_task, t=t: per_task.get(t, float("nan")), 2)
-                 for t in GLUE_TASKS]
-        cells.append(paired_difference(seeds, base, average, 2))
+        cells = [paired(seeds, base, lambda per_task, t=t: per_task.get(t, float("nan"))).text(2) for t in GLUE_TASKS]
+        cells.append(paired(seeds, base, average).text(2))
         lines.append(f"| {arm} | {step:,} | " + " | ".join(cells) + " |")
     return lines
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out", nargs="?", default=str(REPO / "runs" / "reproduce_tmr"))
-    parser.add_argument("--results", default=str(REPO / "results"))
+    parser.add_argument("records", nargs="?", default=str(RESULTS), help="compact records (default results/reproduce_tmr)")
+    parser.add_argument("--results", default=str(REPO / "results"), help="where the tables and figure go")
     args = parser.parse_args()
-    out, results = Path(args.out), Path(args.results)
-    loaded = load_runs(out)
-    runs = {arm: loaded[arm] for arm in (*ARMS, *EXTRA_ARMS, *ABLATIONS) if arm in loaded}
+    records, results = Path(args.records), Path(args.results)
+    loaded = load_runs(records)
+    runs = {arm: loaded[arm] for arm in ARM_ORDER if arm in loaded}
     if not runs:
-        print(f"no finished runs under {out / 'pretrain'}", file=sys.stderr)
+        print(f"no compact run records under {records / 'pretrain'}", file=sys.stderr)
         return 1
-    heldout = json.loads((out / "heldout.json").read_text()) if (out / "heldout.json").exists() else {}
+    finetuning = load_finetuning(records)
+    heldout_file = records / "heldout.json"
+    heldout = json.loads(heldout_file.read_text()) if heldout_file.exists() else {}
     header = ["# Phase 2 tables (generated)", "",
-              f"Made by `python experiments/reproduce_tmr_summary.py {args.out}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
-              " from the finished runs of `python experiments/reproduce_tmr_cpu.py`; machine: 2 CPU cores, no GPU, one "
-              "torch thread per run, two runs at a time. Plot: `reproduction_curves.png`.", ""]
+              f"Made by `python experiments/reproduce_tmr_summary.py` on {time.strftime('%Y-%m-%d', time.gmtime())} "
+              "from the committed compact records in `results/reproduce_tmr/` (written by "
+              "`python experiments/reproduce_tmr_cpu.py`); runs on a shared 2-core CPU, no GPU, one torch thread per "
+              "run. Plot: `reproduction_curves.png`.", ""]
     if heldout:
-        header += [f"Held-out set: {heldout.get('examples')} examples of {heldout.get('max_len')} tokens from "
-                   f"python-docs lines {heldout.get('start_line'):,} on, corrupted once by the reference generator "
+        header += [f"Held-out set: {heldout.get('examples')} examples from python-docs (snapshot v1) lines "
+                   f"{heldout.get('start_line', 16600):,} on, corrupted once by the reference generator "
                    f"(replaced share {heldout.get('replaced_share', float('nan')):.4f}).", ""]
+    body = runs_present(runs, finetuning) + primary_table(runs) + tables(runs) + finetune_tables(glue_scores(finetuning))
     results.mkdir(parents=True, exist_ok=True)
-    body = tables(runs) + finetune_tables(load_finetuning(out))
     (results / "reproduction_tables.md").write_text("\n".join(header + body) + "\n")
     plot(runs, results / "reproduction_curves.png")
     print(f"wrote {results / 'reproduction_tables.md'} and {results / 'reproduction_curves.png'}")

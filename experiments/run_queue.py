@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,11 +93,13 @@ def queue_lock(log_dir: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def run_jobs(jobs: Iterable[Job], log_dir: Path, parallel: int, wait: bool = True, poll: float = 5.0) -> list[str]:
+def run_jobs(jobs: Iterable[Job], log_dir: Path, parallel: int, wait: bool = True, poll: float = 5.0,
+             on_done: Callable[[Job], None] | None = None) -> list[str]:
     """Run every job not done or running elsewhere, at most ``parallel`` of ``log_dir``'s jobs at a time.
 
     With ``wait``, also wait for the jobs other drivers are running, so the caller may rely on every job having
-    ended. Returns the names of the jobs that are done at the end.
+    ended. ``on_done(job)`` is called as soon as one of this driver's jobs has finished (e.g. to export its
+    results). Returns the names of the jobs that are done at the end.
     """
     jobs = list(jobs)
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -112,6 +114,8 @@ def run_jobs(jobs: Iterable[Job], log_dir: Path, parallel: int, wait: bool = Tru
                 (job.run_dir / "running.pid").unlink(missing_ok=True)
                 _log(f"{name} exited with {process.returncode}")
                 del mine[name]
+                if on_done is not None and job.status() == "done":
+                    on_done(job)
 
     for job in jobs:
         while True:

@@ -2,16 +2,17 @@
 
 Every corpus goes through one code path, `datasets.load_dataset`: a hub name (``hub:wikitext`` with a config),
 or local text files through the ``"text"`` builder. Inputs that are not plain text files are first written out
-as plain text in the cache (the embedded corpus, NLTK-style ``.zip`` archives), so they take the same path.
+as plain text in the cache (NLTK-style ``.zip`` archives), so they take the same path.
 ``.gz`` text is read by `datasets` directly.
 
-The embedded default corpus, ``python-docs``, is the documentation that CPython itself ships: the help topics of
-``pydoc_data.topics`` plus the docstrings of the standard-library sources (both PSF-licensed, present on every
-Python install, ~2 MB of English prose with some code). It needs no download and no ``../shared``.
+The embedded default corpus, ``python-docs``, is the documentation that CPython ships: the help topics of
+``pydoc_data.topics`` plus the docstrings of the standard-library sources (PSF-licensed, ~2 MB of English prose with
+some code), frozen as a versioned snapshot in ``integrations/electra/corpus`` (read as ``.gz`` by `datasets`, its
+digest checked on every load) so that every machine trains on the same text. It needs no download and no
+``../shared``.
 """
 from __future__ import annotations
 
-import ast
 import codecs
 import glob
 import gzip
@@ -20,12 +21,9 @@ import json
 import os
 import re
 import shutil
-import sys
-import sysconfig
 import time
 import warnings
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,8 +32,9 @@ import numpy as np
 import torch
 
 from .common import SPECIAL_TOKENS, UserError, load_tokenizer, train_wordpiece  # noqa: F401
+from .corpus import manifest, snapshot_file
 
-EMBEDDED_CORPORA = ("python-docs", "python-topics")
+EMBEDDED_CORPORA = tuple(manifest())  # python-docs, python-topics: the frozen snapshots
 TEXT_SUFFIXES = (".txt", ".txt.gz", ".gz", ".tokens", ".raw", ".zip")
 CACHE_FORMAT = 3  # bump when the cached example layout changes
 LEAKY_FILES = ("squad-dev-articles",)
@@ -55,8 +54,8 @@ class CorpusSpec:
         out: dict[str, Any] = {"kind": self.kind, "name": self.name, "config": self.config}
         if self.kind == "files":
             out["files"] = [(f, os.path.getsize(f), int(os.path.getmtime(f))) for f in self.files]
-        if self.kind == "embedded":
-            out["python"] = sys.version
+        if self.kind == "embedded":  # the frozen snapshot's text digest (verified on every call)
+            out["snapshot_sha256"] = snapshot_file(self.name)[1]
         return out
 
 
@@ -101,43 +100,6 @@ def resolve_corpus(corpus: str, config: str | None = None) -> CorpusSpec:
     return CorpusSpec("files", corpus, tuple(files))
 
 
-# ----------------------------------------------------------------------------- embedded corpus
-def python_docs_text(include_docstrings: bool = True) -> Iterator[str]:
-    """Yield paragraphs of CPython's own documentation: pydoc help topics, then stdlib docstrings."""
-    from pydoc_data.topics import topics
-
-    for key in sorted(topics):
-        yield from _paragraphs(topics[key])
-    if not include_docstrings:
-        return
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = {"test", "tests", "idle_test", "site-packages", "dist-packages", "lib2to3"}
-    for path in sorted(root.rglob("*.py")):
-        if skip.intersection(path.relative_to(root).parts):
-            continue
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node)
-                if doc:
-                    yield from _paragraphs(doc)
-
-
-_RST_UNDERLINE = re.compile(r"^\s*([*=~^#+\-])\1{2,}\s*$")
-
-
-def _paragraphs(text: str) -> Iterator[str]:
-    """Join wrapped lines into one line per paragraph (blank-line separated), dropping empty ones."""
-    for block in re.split(r"\n\s*\n", text):
-        kept = [line for line in block.splitlines() if not _RST_UNDERLINE.match(line)]
-        line = " ".join(" ".join(kept).split())
-        if line:
-            yield line
-
-
 # ----------------------------------------------------------------------------- materialising inputs as text
 def _zip_to_text(path: str, out_dir: Path) -> str:
     """Write the text members of an archive (e.g. an NLTK corpus zip) as one plain text file.
@@ -170,14 +132,7 @@ def text_files_for(spec: CorpusSpec, cache_dir: Path) -> list[str]:
     text_dir = cache_dir / "text"
     text_dir.mkdir(parents=True, exist_ok=True)
     if spec.kind == "embedded":
-        out = text_dir / f"{spec.name}-py{sys.version_info.major}{sys.version_info.minor}.txt"
-        if not out.exists():
-            tmp = out.with_suffix(".tmp")
-            with open(tmp, "w", encoding="utf-8") as sink:
-                for paragraph in python_docs_text(include_docstrings=spec.name == "python-docs"):
-                    sink.write(paragraph + "\n")
-            tmp.rename(out)
-        return [str(out)]
+        return [str(snapshot_file(spec.name)[0])]
     files = []
     for f in spec.files:
         if f.endswith(".zip"):

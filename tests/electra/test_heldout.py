@@ -107,6 +107,8 @@ def test_scoring_along_training_changes_nothing_in_the_run(reference, corpus, tm
     records = read_metrics(scored.metrics_path)
     assert [r["step"] for r in records if "heldout_auc" in r] == [4, 6]  # every 4 steps and the last
     assert all(0.0 <= r["heldout_auc"] <= 1.0 and r["heldout_loss"] > 0 for r in records if "heldout_auc" in r)
+    # the scoring passes are timed apart from the steps, so a run's wall time can count them
+    assert [r["step"] for r in records if r.get("heldout_seconds", 0) > 0] == [4, 6]
     assert scored.summary["final_heldout_auc"] == records[-1]["heldout_auc"]
     config = json.loads((tmp_path / "scored" / "config.json").read_text())
     assert config["heldout"] == str(reference["path"]) and config["heldout_every"] == 4

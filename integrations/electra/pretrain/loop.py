@@ -180,8 +180,11 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
                                  total_grad_norm, buffer.stats(), seconds)
             if heldout is not None and (batch.step % cfg.heldout_every == 0 or batch.step == cfg.steps):
                 # the replicas are identical, so rank 0 alone scores; the others' None drops out of the rank mean
+                scoring_started = time.perf_counter()
                 record.update(evaluate_heldout(pair.discriminator, heldout, autocast=autocast) if world.is_main
                               else dict.fromkeys(HELDOUT_METRICS))
+                # not in step_seconds: a run's wall time is its steps plus these scoring passes
+                record["heldout_seconds"] = time.perf_counter() - scoring_started if world.is_main else None
             record = world.reduce_record(record)
             log.write(record)
             bar.update(1)

@@ -1,0 +1,148 @@
+"""The phase-2 reproduction's compact records: exported exactly, re-exported byte for byte, and enough for the
+summary to recompute its tables and figure with paired t intervals."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+pytest.importorskip("matplotlib")
+import reproduce_tmr_summary as summary  # noqa: E402
+from reproduce_tmr_data import (WINDOW, RunData, compact_pretrain, export_finished, load_runs,  # noqa: E402
+                                read_jsonl_gz, restore_heldout)
+
+STEPS = summary.STEPS
+
+
+def fake_run(root: Path, name: str, seed: int, lift: float, finished: bool = True) -> Path:
+    """A run directory as the pretraining loop leaves it: per-step metrics with gaps (None), held-out scorings."""
+    rng = np.random.default_rng(seed)
+    run = root / "pretrain" / name
+    run.mkdir(parents=True)
+    records = []
+    for step in range(1, STEPS + 1):
+        r = {"step": step, "step_seconds": float(rng.uniform(0.1, 0.3)), "produce_seconds": float(rng.uniform(0.03, 0.06)),
+             "sample_age_mean": float(rng.uniform(0, 80)), "buffer_weight_mean": 1.0,
+             "buffer_weight_std": float(rng.uniform(0, 0.3)),
+             "replaced_auc_fresh": None if rng.random() < 0.3 else float(rng.uniform(0.4, 0.9))}
+        if step % 250 == 0:
+            r.update(heldout_auc=float(min(0.99, 0.5 + lift + step / 20000 + rng.normal(0, 0.01))),
+                     heldout_loss=float(0.38 + rng.normal(0, 0.01)), heldout_base_entropy=0.382,
+                     heldout_seconds=float(rng.uniform(1, 2)))
+        records.append(r)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "config.json").write_text(json.dumps({"seed": seed}))
+    if finished:
+        (run / "summary.json").write_text(json.dumps({"steps": STEPS}))
+    return run
+
+
+def test_compact_record_keeps_exact_window_means_scorings_and_times(tmp_path):
+    run_dir = fake_run(tmp_path, "electra-seed3", 3, 0.0)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    run = RunData.from_rows(compact_pretrain(run_dir))
+    assert (run.arm, run.seed) == ("electra", 3)
+    for first, last in ((1, 1250), (1251, 2500), (4501, 5000), (1, WINDOW)):
+        inside = [r for r in records if first <= r["step"] <= last]
+        fresh = [r["replaced_auc_fresh"] for r in inside if r["replaced_auc_fresh"] is not None]
+        assert run.window_mean("replaced_auc_fresh", first, last) == pytest.approx(np.mean(fresh), rel=1e-12)
+        ess = [1 / (1 + r["buffer_weight_std"] ** 2) for r in inside]
+        assert run.window_mean("weight_ess_fraction", first, last) == pytest.approx(np.mean(ess), rel=1e-12)
+    with pytest.raises(ValueError, match="whole windows"):
+        run.window_mean("sample_age_mean", 1, 1249)
+    steps, auc = run.heldout_curve("heldout_auc")
+    assert steps.tolist() == list(range(250, STEPS + 1, 250))
+    assert auc.tolist() == [r["heldout_auc"] for r in records if "heldout_auc" in r]
+    np.testing.assert_allclose(run.step_seconds, [r["step_seconds"] for r in records], atol=5e-5)
+    scoring = sum(r.get("heldout_seconds", 0) for r in records)
+    assert run.wall_seconds == pytest.approx(sum(r["step_seconds"] for r in records) + scoring, abs=0.01)
+
+
+def test_export_writes_finished_runs_only_and_identical_bytes_again(tmp_path):
+    out, results = tmp_path / "runs", tmp_path / "results"
+    fake_run(out, "electra-seed0", 0, 0.0)
+    fake_run(out, "electra-seed1", 1, 0.0, finished=False)
+    job = out / "finetune" / "electra-seed0-at1250"
+    job.mkdir(parents=True)
+    (job / "results_runs.jsonl").write_text(json.dumps({"task": "sst2", "seed": 0, "accuracy": 0.55}) + "\n")
+    (job / "results.md").write_text("done")
+    heldout = bytes(range(256)) * 40  # stands in for the held-out safetensors file
+    (out / "heldout.safetensors").write_bytes(heldout)
+    (out / "heldout.json").write_text('{"examples": 390}')
+    written = export_finished(out, results)
+    assert sorted(p.relative_to(results).as_posix() for p in written) == [
+        "finetune/electra-seed0-at1250.jsonl.gz", "heldout.json", "heldout.safetensors.gz",
+        "pretrain/electra-seed0.jsonl.gz"]
+    fresh = tmp_path / "fresh"  # a fresh machine: the held-out set comes from the committed copy
+    assert restore_heldout(fresh, results) and (fresh / "heldout.safetensors").read_bytes() == heldout
+    assert (fresh / "heldout.json").read_text() == '{"examples": 390}'
+    assert not restore_heldout(tmp_path / "none", tmp_path / "no-records")
+    first = (results / "pretrain" / "electra-seed0.jsonl.gz").read_bytes()
+    assert export_finished(out, results) == []  # nothing stale
+    (results / "pretrain" / "electra-seed0.jsonl.gz").unlink()
+    export_finished(out, results)
+    assert (results / "pretrain" / "electra-seed0.jsonl.gz").read_bytes() == first  # deterministic gzip
+    assert read_jsonl_gz(results / "finetune" / "electra-seed0-at1250.jsonl.gz") == [
+        {"accuracy": 0.55, "seed": 0, "task": "sst2"}]
+
+
+def test_paired_interval_is_the_t_interval_of_the_differences():
+    arm = {s: summary._Const(v) for s, v in enumerate([0.61, 0.57, 0.63, 0.60, 0.62])}
+    base = {s: summary._Const(v) for s, v in enumerate([0.54, 0.52, 0.51, 0.56, 0.53])}
+    result = summary.paired(arm, base, lambda c: c.value)
+    diffs = np.array([0.07, 0.05, 0.12, 0.04, 0.09])
+    half = stats.t.ppf(0.975, 4) * diffs.std(ddof=1) / np.sqrt(5)
+    assert result.mean == pytest.approx(diffs.mean())
+    assert (result.low, result.high) == pytest.approx((diffs.mean() - half, diffs.mean() + half))
+    t = diffs.mean() / (diffs.std(ddof=1) / np.sqrt(5))
+    assert result.p == pytest.approx(2 * stats.t.sf(t, 4))
+    assert "Bonferroni ×3" in result.text(adjusted=3)
+
+
+def test_summary_recomputes_tables_and_figure_from_the_records_alone(tmp_path):
+    out, results = tmp_path / "runs", tmp_path / "records"
+    for seed in range(3):
+        fake_run(out, f"electra-seed{seed}", seed, 0.0)
+        fake_run(out, f"tmr-loss_diff-seed{seed}", seed + 10, 0.08)
+    fake_run(out, "tmr-fifo-uniform-seed0", 20, 0.05)
+    fake_run(out, "tmr-fifo-uniform-seed1", 21, 0.05)
+    export_finished(out, results)
+    runs = load_runs(results)
+    assert {arm: sorted(seeds) for arm, seeds in runs.items()} == {
+        "electra": [0, 1, 2], "tmr-loss_diff": [0, 1, 2], "tmr-fifo-uniform": [0, 1]}
+    sys.argv = ["reproduce_tmr_summary.py", str(results), "--results", str(tmp_path / "tables")]
+    assert summary.main() == 0
+    text = (tmp_path / "tables" / "reproduction_tables.md").read_text()
+    assert "| tmr-fifo-uniform | 0, 1 | – |" in text  # which runs exist
+    primary = [line for line in text.splitlines() if "tmr-loss_diff − electra |" in line][0]
+    assert "(n=3, p=" in primary and "Bonferroni ×3" in primary
+    assert (tmp_path / "tables" / "reproduction_curves.png").stat().st_size > 10_000
+
+
+def test_figure_draws_small_arms_per_seed_and_clips_bands_to_the_metric_range(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = tmp_path / "runs"
+    for seed in range(3):
+        fake_run(out, f"electra-seed{seed}", seed, 0.49 if seed else 0.0)  # one low seed: a wide band
+    fake_run(out, "tmr-fifo-uniform-seed0", 20, 0.05)
+    fake_run(out, "tmr-fifo-uniform-seed1", 21, 0.05)
+    export_finished(out, tmp_path / "records")
+    runs = load_runs(tmp_path / "records")
+    fig, ax = plt.subplots()
+    summary.draw_arm(ax, runs["tmr-fifo-uniform"], "heldout_auc", None, "C0", "fifo", limits=(0.0, 1.0))
+    assert [line.get_label() for line in ax.lines] == ["fifo (seed 0)", "fifo (seed 1)"] and not ax.collections
+    summary.draw_arm(ax, runs["electra"], "heldout_auc", None, "C1", "electra", limits=(0.0, 1.0))
+    [band] = ax.collections
+    y = np.concatenate([path.vertices[:, 1] for path in band.get_paths()])
+    _, _, _, low, high = summary.band(runs["electra"], "heldout_auc")
+    assert high.max() > 1.0 and y.max() <= 1.0 and y.min() >= 0.0  # the raw band leaves [0, 1]; the drawn one not
+    plt.close(fig)
