@@ -31,7 +31,7 @@ def worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     sys.path.insert(0, str(ROOT))
-    from integrations.electra.pretrain import PretrainConfig, loop
+    from replayloader_electra.pretrain import PretrainConfig, loop
 
     spent = {"buffer": 0.0}
     step_times: list[float] = []

@@ -33,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from integrations.electra.common import UserError  # noqa: E402
-from integrations.electra.data import prepare_pretraining_data  # noqa: E402
-from integrations.electra.pretrain import PretrainConfig, checkpoint, pretrain  # noqa: E402
-from integrations.electra.pretrain.config import model_preset  # noqa: E402
-from integrations.electra.models import build_electra_pair  # noqa: E402
-from integrations.electra.pretrain.losses import make_optimizer  # noqa: E402
+from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.data import prepare_pretraining_data  # noqa: E402
+from replayloader_electra.pretrain import PretrainConfig, checkpoint, pretrain  # noqa: E402
+from replayloader_electra.pretrain.config import model_preset  # noqa: E402
+from replayloader_electra.models import build_electra_pair  # noqa: E402
+from replayloader_electra.pretrain.losses import make_optimizer  # noqa: E402
 from tests.electra.checkpoint_files import kill_while_saving, load_survivor, save_step, saving_parts  # noqa: E402
 
 WORDS = ("the a cat dog sat on mat ran to house big small red blue quickly slowly and but then saw bird tree "

@@ -56,7 +56,7 @@ def sizes(dry_run: bool) -> dict:
 
 
 def pretrain_config(size: dict, out: Path, cache: Path, device: str, **overrides):
-    from integrations.electra.pretrain.config import PretrainConfig
+    from replayloader_electra.pretrain.config import PretrainConfig
 
     settings = dict(size["pretrain"], output_dir=str(out), cache_dir=str(cache), device=device, progress=False,
                     export_hf=False, buffer_size=1000, seed=0)
@@ -66,8 +66,8 @@ def pretrain_config(size: dict, out: Path, cache: Path, device: str, **overrides
 
 # ----------------------------------------------------------------------------------------------- (a)
 def runtime_table(size: dict, device: str, work: Path) -> list[dict]:
-    from integrations.electra.pretrain.loop import pretrain
-    from integrations.electra.pretrain.metrics import read_metrics
+    from replayloader_electra.pretrain.loop import pretrain
+    from replayloader_electra.pretrain.metrics import read_metrics
 
     rows = []
     runs = [("electra", {}), ("tmr-loss_diff", {}), ("tmr-loss_diff", {"defer_feedback": True}),
@@ -117,9 +117,9 @@ def buffer_ops(size: dict, device: torch.device) -> list[dict]:
 @contextlib.contextmanager
 def timed_parts(device: torch.device, parts: dict[str, list[float]]):
     """Wrap the step's parts in timers that synchronise the device before and after each call."""
-    from integrations.electra.pretrain import feedback as feedback_module
-    from integrations.electra.pretrain import loop as loop_module
-    from integrations.electra.pretrain.corruption import CorruptionProducer
+    from replayloader_electra.pretrain import feedback as feedback_module
+    from replayloader_electra.pretrain import loop as loop_module
+    from replayloader_electra.pretrain.corruption import CorruptionProducer
 
     def timer(name, function):
         def timed(*args, **kwargs):
@@ -147,8 +147,8 @@ def timed_parts(device: torch.device, parts: dict[str, list[float]]):
 
 
 def breakdown(size: dict, device_name: str, work: Path) -> dict:
-    from integrations.electra.pretrain.loop import pretrain
-    from integrations.electra.pretrain.metrics import read_metrics
+    from replayloader_electra.pretrain.loop import pretrain
+    from replayloader_electra.pretrain.metrics import read_metrics
 
     device = torch.device(device_name)
     steps = size["breakdown_steps"]

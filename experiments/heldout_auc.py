@@ -18,9 +18,9 @@ import torch
 from transformers import AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from integrations.electra.corpus import manifest, snapshot_file  # noqa: E402
-from integrations.electra.pretrain.config import saved_run_config  # noqa: E402
-from integrations.electra.pretrain.heldout import build_heldout_set, evaluate_heldout  # noqa: E402
+from replayloader_electra.corpus import manifest, snapshot_file  # noqa: E402
+from replayloader_electra.pretrain.config import saved_run_config  # noqa: E402
+from replayloader_electra.pretrain.heldout import build_heldout_set, evaluate_heldout  # noqa: E402
 
 
 def heldout_lines(path: str, skip: int) -> list[str]:

@@ -19,7 +19,7 @@ import numpy as np
 from scipy.stats import ttest_rel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
-from integrations.electra.common import format_mean_std  # noqa: E402
+from replayloader_electra.common import format_mean_std  # noqa: E402
 
 
 def percent_cell(values) -> str:

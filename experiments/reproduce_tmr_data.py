@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from integrations.electra.pretrain.metrics import read_metrics
+from replayloader_electra.pretrain.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results" / "reproduce_tmr"

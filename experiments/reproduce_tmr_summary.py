@@ -29,8 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout, so this runs from any cwd
 from experiments.reproduce_tmr_cpu import ABLATIONS, ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS  # noqa: E402
 from experiments.reproduce_tmr_data import RESULTS, RunData, load_finetuning, load_runs  # noqa: E402
-from integrations.electra.common import format_mean_std as mean_std  # noqa: E402
-from integrations.electra.finetune.tasks import get_task  # noqa: E402
+from replayloader_electra.common import format_mean_std as mean_std  # noqa: E402
+from replayloader_electra.finetune.tasks import get_task  # noqa: E402
 
 MARKS = (STEPS // 4, STEPS // 2, STEPS)  # 25, 50, 100% of the steps
 THRESHOLD = 0.6  # "has escaped the plateau": held-out AUC this high (the collapsed discriminator sits at 0.5)
@@ -319,9 +319,9 @@ def majority_scores() -> dict[str, float]:
     """Each task's main dev metric × 100 for always predicting its most common training label, from the GLUE data
     fine-tuning uses (../shared/data/glue); empty without it. STS-B is scored 0: a constant prediction has no rank
     correlation."""
-    from integrations.electra.finetune.options import default_data_dir
-    from integrations.electra.finetune.glue import get_task, load_glue_split
-    from integrations.electra.finetune.sources import DataSource
+    from replayloader_electra.finetune.options import default_data_dir
+    from replayloader_electra.finetune.glue import get_task, load_glue_split
+    from replayloader_electra.finetune.sources import DataSource
 
     glue_dir = default_data_dir("glue")
     if glue_dir is None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save_file
 
-from integrations.electra.pretrain import checkpoint
-from integrations.electra.pretrain.checkpoint import CHECKPOINT_FORMAT, write_state
+from replayloader_electra.pretrain import checkpoint
+from replayloader_electra.pretrain.checkpoint import CHECKPOINT_FORMAT, write_state
 from replayloader.atomic import is_temporary
 
 
@@ -36,7 +36,7 @@ def saving_parts():
     """What `save_checkpoint` needs, for a model with nothing but one linear layer."""
     import torch
 
-    from integrations.electra.pretrain import PretrainConfig
+    from replayloader_electra.pretrain import PretrainConfig
 
     model = torch.nn.Linear(WIDTH, WIDTH)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)

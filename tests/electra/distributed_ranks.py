@@ -48,7 +48,7 @@ def observed_pretrain(config: dict) -> dict:
     which examples (by their original token ids) did this rank add to its buffer and sample from it?"""
     import torch.distributed as dist
 
-    from integrations.electra.pretrain import PretrainConfig, loop
+    from replayloader_electra.pretrain import PretrainConfig, loop
 
     identical: list[bool] = []
     added: list[str] = []
@@ -89,8 +89,8 @@ def ghost_norms_against_loop(config: dict) -> dict:
     """A `tmr-grad_norm` run in which every step's ghost norms (from the rank's DDP backward, loss share
     included) are compared with the loop reference on the same examples at the same parameters (taken just
     before the optimizer step; run it without dropout): the largest relative difference per step."""
-    from integrations.electra.grad_norms import loop_grad_norms
-    from integrations.electra.pretrain import PretrainConfig, discriminator_losses, feedback, loop
+    from replayloader_electra.grad_norms import loop_grad_norms
+    from replayloader_electra.pretrain import PretrainConfig, discriminator_losses, feedback, loop
 
     differences: list[float] = []
     seen: dict = {}
@@ -135,7 +135,7 @@ def row_keys(ids: torch.Tensor) -> list[str]:
 def equivalence_inputs() -> list[dict]:
     """Fixed examples, masks and replacements for every step: rows of different lengths, so the two halves of a
     batch hold different numbers of real and of masked tokens (the case that needs the loss shares)."""
-    from integrations.electra.pretrain import SpecialIds
+    from replayloader_electra.pretrain import SpecialIds
 
     special = SpecialIds(pad=0, cls=2, sep=3, mask=4)
     rng = torch.Generator().manual_seed(0)
@@ -161,10 +161,10 @@ def equivalence_run(rows: slice | None = None) -> dict[str, torch.Tensor]:
     through the production pieces: the run's world, its DDP wrapper, its loss shares and optimizer."""
     import torch.nn.functional as F
 
-    from integrations.electra.models import PRESETS, PairPart, build_electra_pair
-    from integrations.electra.pretrain import discriminator_losses, make_optimizer
-    from integrations.electra.pretrain.corruption import explicit_positions
-    from integrations.electra.pretrain.distributed import make_world
+    from replayloader_electra.models import PRESETS, PairPart, build_electra_pair
+    from replayloader_electra.pretrain import discriminator_losses, make_optimizer
+    from replayloader_electra.pretrain.corruption import explicit_positions
+    from replayloader_electra.pretrain.distributed import make_world
 
     world = make_world("cpu", 60)
     try:

@@ -22,9 +22,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
-from integrations.electra import cli  # noqa: E402
-from integrations.electra.common import UserError  # noqa: E402
-from integrations.electra.pretrain import checkpoint, pretrain, read_metrics, resume_config  # noqa: E402
+from replayloader_electra import cli  # noqa: E402
+from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.pretrain import checkpoint, pretrain, read_metrics, resume_config  # noqa: E402
 
 from .checkpoint_files import kill_while_saving, load_survivor  # noqa: E402
 from .test_pretrain import tiny_config  # noqa: E402
@@ -224,7 +224,7 @@ def test_a_corpus_file_that_is_not_text_is_one_line_naming_the_file_and_the_caus
 ])
 def test_glue_rows_without_a_label_or_with_a_cut_column_are_an_error_naming_the_line(tmp_path, task, header, row,
                                                                                    problem):
-    from integrations.electra.finetune.glue import GLUE_TASKS, read_glue_tsv
+    from replayloader_electra.finetune.glue import GLUE_TASKS, read_glue_tsv
 
     path = tmp_path / "train.tsv"
     path.write_text("\n".join("\t".join(r) for r in ([header] if header else []) + [row, row]) + "\n")
@@ -235,7 +235,7 @@ def test_glue_rows_without_a_label_or_with_a_cut_column_are_an_error_naming_the_
 
 # ----------------------------------------------------------------------------- the metrics log
 def test_metrics_log_readers_drop_a_torn_last_line_and_the_writer_cuts_it_off(tmp_path):
-    from integrations.electra.jsonl import JsonLinesWriter
+    from replayloader_electra.jsonl import JsonLinesWriter
     from replayloader.checkpoint import StateFileError
 
     log = tmp_path / "metrics.jsonl"

@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("datasets")
 
-from integrations.electra import corpus  # noqa: E402
-from integrations.electra.common import UserError  # noqa: E402
-from integrations.electra.data import corpus_lines, resolve_corpus  # noqa: E402
+from replayloader_electra import corpus  # noqa: E402
+from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.data import corpus_lines, resolve_corpus  # noqa: E402
 
 
 def test_default_corpus_reads_the_recorded_snapshot(tmp_path):

@@ -1,8 +1,8 @@
 """Pretraining with ``defer_feedback``: the same run, minus the feedback's wait for the device in every step."""
 from __future__ import annotations
 
-from integrations.electra.pretrain.config import PretrainConfig
-from integrations.electra.pretrain.loop import pretrain
+from replayloader_electra.pretrain.config import PretrainConfig
+from replayloader_electra.pretrain.loop import pretrain
 from replayloader.host_sync import count_host_transfers
 
 

@@ -21,10 +21,10 @@ pytest.importorskip("transformers")
 if not torch.distributed.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from integrations.electra.common import UserError  # noqa: E402
-from integrations.electra.pretrain import PretrainConfig, pretrain, read_metrics, resume_config  # noqa: E402
-from integrations.electra.pretrain.checkpoint import check_world_size  # noqa: E402
-from integrations.electra.pretrain.heldout import (HeldoutConfig, HeldoutSet, evaluate_heldout,  # noqa: E402
+from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.pretrain import PretrainConfig, pretrain, read_metrics, resume_config  # noqa: E402
+from replayloader_electra.pretrain.checkpoint import check_world_size  # noqa: E402
+from replayloader_electra.pretrain.heldout import (HeldoutConfig, HeldoutSet, evaluate_heldout,  # noqa: E402
                                                    make_heldout)
 
 from .distributed_ranks import equivalence_run, run_ranks  # noqa: E402
@@ -130,7 +130,7 @@ def test_resuming_on_another_number_of_ranks_is_a_clear_error(two_rank_runs, tmp
 
 
 def test_fine_tuning_loads_the_discriminator_of_a_distributed_run(two_rank_runs):
-    from integrations.electra.finetune.sources import load_checkpoint_tokenizer, load_encoder
+    from replayloader_electra.finetune.sources import load_checkpoint_tokenizer, load_encoder
 
     location = str(two_rank_runs["root"] / "tmr" / "discriminator")
     tokenizer, encoder = load_checkpoint_tokenizer(location), load_encoder(location)
@@ -210,7 +210,7 @@ def test_a_killed_rank_ends_the_job_and_resume_continues_it_exactly(two_rank_run
 
 
 def test_compare_under_torchrun_is_a_clear_error(monkeypatch, capsys):
-    from integrations.electra import cli
+    from replayloader_electra import cli
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert cli.main(["compare", "--steps", "1"]) == 2
@@ -218,7 +218,7 @@ def test_compare_under_torchrun_is_a_clear_error(monkeypatch, capsys):
 
 
 def test_a_global_batch_that_does_not_split_over_the_ranks_is_a_clear_error(monkeypatch):
-    from integrations.electra.pretrain.distributed import DistributedWorld, World
+    from replayloader_electra.pretrain.distributed import DistributedWorld, World
 
     world = World.__new__(DistributedWorld)  # the check needs no process group
     world.size = 3
@@ -232,7 +232,7 @@ def test_a_global_batch_that_does_not_split_over_the_ranks_is_a_clear_error(monk
 def test_a_killed_launcher_stops_both_ranks_and_its_last_checkpoint_verifies(corpus, tmp_path):
     """torchrun puts each rank in a session of its own, so a SIGKILL to the launcher reaches no rank: before the
     watchdog both ranks went on training and writing into the output directory."""
-    from integrations.electra.pretrain.checkpoint import choose_checkpoint, newest_step_dir
+    from replayloader_electra.pretrain.checkpoint import choose_checkpoint, newest_step_dir
 
     out = tmp_path / "orphaned"
     job = torchrun(pretrain_flags(corpus, out, steps=100_000, checkpoint_every=2))

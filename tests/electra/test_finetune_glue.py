@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from integrations.electra.common import UserError, options_from
-from integrations.electra.finetune.api import finetune_glue, finetune_glue_task, glue_table, render_markdown
-from integrations.electra.finetune.cli import add_finetune_subparser
-from integrations.electra.finetune.glue import (check_local_files, GLUE_TASKS, load_glue_split, read_glue_tsv,
+from replayloader_electra.common import UserError, options_from
+from replayloader_electra.finetune.api import finetune_glue, finetune_glue_task, glue_table, render_markdown
+from replayloader_electra.finetune.cli import add_finetune_subparser
+from replayloader_electra.finetune.glue import (check_local_files, GLUE_TASKS, load_glue_split, read_glue_tsv,
                                                 seeded_subset)
-from integrations.electra.finetune.options import DataOptions, GlueOptions, SquadOptions, SubsetOptions, TrainingOptions
-from integrations.electra.finetune.sources import DataSource, resolve_data_source
-from integrations.electra.finetune.training import layerwise_parameter_groups, resolve_config
+from replayloader_electra.finetune.options import DataOptions, GlueOptions, SquadOptions, SubsetOptions, TrainingOptions
+from replayloader_electra.finetune.sources import DataSource, resolve_data_source
+from replayloader_electra.finetune.training import layerwise_parameter_groups, resolve_config
 from tests.electra.tiny_checkpoint import build_tiny_checkpoint
 from transformers import get_linear_schedule_with_warmup
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from integrations.electra.finetune.metrics import (
+from replayloader_electra.finetune.metrics import (
     accuracy,
     average_ranks,
     exact_match,
@@ -20,7 +20,7 @@ from integrations.electra.finetune.metrics import (
     squad_v1_scores,
     token_f1,
 )
-from integrations.electra.finetune.tasks import GLUE_EIGHT, GLUE_TASKS, GlueTask, glue_average
+from replayloader_electra.finetune.tasks import GLUE_EIGHT, GLUE_TASKS, GlueTask, glue_average
 
 
 def glue_metrics(task: str, predictions, labels) -> dict[str, float]:

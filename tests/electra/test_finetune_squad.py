@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from integrations.electra.common import load_tokenizer, UserError
-from integrations.electra.finetune.api import finetune_squad
-from integrations.electra.finetune.sources import DataSource
-from integrations.electra.finetune.squad import (best_spans, build_squad_windows, build_windows,
+from replayloader_electra.common import load_tokenizer, UserError
+from replayloader_electra.finetune.api import finetune_squad
+from replayloader_electra.finetune.sources import DataSource
+from replayloader_electra.finetune.squad import (best_spans, build_squad_windows, build_windows,
                                                  char_span_to_tokens, find_local_squad_files, load_squad_split,
                                                  read_squad_json, window_starts)
 from tests.electra.tiny_checkpoint import build_tiny_checkpoint

@@ -11,12 +11,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
-from integrations.electra import cli  # noqa: E402
-from integrations.electra.common import UserError, train_wordpiece  # noqa: E402
-from integrations.electra.data import pack_token_stream  # noqa: E402
-from integrations.electra.pretrain import discriminator_losses, pretrain, read_metrics  # noqa: E402
-from integrations.electra.pretrain.heldout import HeldoutSet, evaluate_heldout  # noqa: E402
-from integrations.electra.pretrain.metrics import base_rate_entropy, ranking_auc  # noqa: E402
+from replayloader_electra import cli  # noqa: E402
+from replayloader_electra.common import UserError, train_wordpiece  # noqa: E402
+from replayloader_electra.data import pack_token_stream  # noqa: E402
+from replayloader_electra.pretrain import discriminator_losses, pretrain, read_metrics  # noqa: E402
+from replayloader_electra.pretrain.heldout import HeldoutSet, evaluate_heldout  # noqa: E402
+from replayloader_electra.pretrain.metrics import base_rate_entropy, ranking_auc  # noqa: E402
 
 from .test_pretrain import tiny_config  # noqa: E402
 

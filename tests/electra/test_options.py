@@ -9,11 +9,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from integrations.electra import cli  # noqa: E402
-from integrations.electra.common import OptionSet, ProcessOptions, options_from, typed_options  # noqa: E402
-from integrations.electra.finetune.options import FINETUNE_OPTIONS, SubsetOptions, TrainingOptions  # noqa: E402
-from integrations.electra.pretrain import PretrainConfig, PretrainResult  # noqa: E402
-from integrations.electra.pretrain.heldout import HeldoutConfig  # noqa: E402
+from replayloader_electra import cli  # noqa: E402
+from replayloader_electra.common import OptionSet, ProcessOptions, options_from, typed_options  # noqa: E402
+from replayloader_electra.finetune.options import FINETUNE_OPTIONS, SubsetOptions, TrainingOptions  # noqa: E402
+from replayloader_electra.pretrain import PretrainConfig, PretrainResult  # noqa: E402
+from replayloader_electra.pretrain.heldout import HeldoutConfig  # noqa: E402
 
 from .checkpoint_files import write_config_only_checkpoint  # noqa: E402
 
@@ -122,7 +122,7 @@ def test_compare_takes_the_finetune_options_with_its_own_defaults():
 def test_only_rank_zero_prints(monkeypatch, capsys):
     """Under torchrun every rank runs the command; the others' results are not printed (no `{}`, no second
     'wrote' line)."""
-    import integrations.electra.pretrain as pretrain_package
+    import replayloader_electra.pretrain as pretrain_package
 
     def fake(config, is_main):
         return PretrainResult(config, "OUT", None, "OUT/metrics.jsonl", "", {"steps": 1} if is_main else {},

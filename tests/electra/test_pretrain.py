@@ -12,14 +12,14 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
-from integrations.electra import cli  # noqa: E402
-from integrations.electra.grad_norms import GhostNorms, loop_grad_norms  # noqa: E402
-from integrations.electra.models import (PRESETS, build_electra_pair, embeddings_are_shared,  # noqa: E402
+from replayloader_electra import cli  # noqa: E402
+from replayloader_electra.grad_norms import GhostNorms, loop_grad_norms  # noqa: E402
+from replayloader_electra.models import (PRESETS, build_electra_pair, embeddings_are_shared,  # noqa: E402
                                          with_overrides)
-from integrations.electra.common import UserError  # noqa: E402
-from integrations.electra.finetune.options import default_data_dir  # noqa: E402
-from integrations.electra.pretrain.config import buffer_strategy  # noqa: E402
-from integrations.electra.pretrain import (VARIANTS, PretrainConfig, SpecialIds, choose_masked_positions,  # noqa: E402
+from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.finetune.options import default_data_dir  # noqa: E402
+from replayloader_electra.pretrain.config import buffer_strategy  # noqa: E402
+from replayloader_electra.pretrain import (VARIANTS, PretrainConfig, SpecialIds, choose_masked_positions,  # noqa: E402
                                            corrupt_batch, discriminator_losses, gumbel_max_sample, make_optimizer,
                                            mask_inputs, pretrain, read_metrics, resume_config,
                                            uniform_replacements)
@@ -350,7 +350,7 @@ def test_cli_compare_without_glue_says_fine_tuning_was_skipped(corpus, tmp_path,
 
 @pytest.mark.skipif(default_data_dir("glue") is None, reason="../shared/data/glue is not available")
 def test_cli_compare_fine_tunes_both_discriminators(corpus, tmp_path):
-    pytest.importorskip("integrations.electra.finetune.api")
+    pytest.importorskip("replayloader_electra.finetune.api")
     status = cli.main([*_compare_args(corpus, tmp_path / "cmp"), "--finetune-train-examples", "32",
                        "--finetune-eval-examples", "32"])
     assert status == 0
@@ -381,7 +381,7 @@ def test_cli_flags_map_onto_config_fields_and_only_typed_ones_are_set():
 
 
 def test_model_size_options_shape_both_models_and_default_to_the_preset():
-    from integrations.electra.pretrain import model_preset
+    from replayloader_electra.pretrain import model_preset
 
     default = model_preset(PretrainConfig().filled())
     assert default == with_overrides(PRESETS["tiny"], max_len=PRESETS["tiny"].max_len)
@@ -398,14 +398,14 @@ def test_model_size_options_shape_both_models_and_default_to_the_preset():
     ({"generator_layers": 0}, "--generator-layers"), ({"mask_prob": 1.0}, "--mask-prob"),
 ])
 def test_bad_model_options_are_user_errors_naming_the_flag(overrides, fragment):
-    from integrations.electra.common import UserError
+    from replayloader_electra.common import UserError
 
     with pytest.raises(UserError, match=fragment):
         PretrainConfig(**overrides).filled()
 
 
 def test_ranking_auc_counts_pairs_ranked_right_and_ties_as_half():
-    from integrations.electra.pretrain.metrics import ranking_auc
+    from replayloader_electra.pretrain.metrics import ranking_auc
 
     positive, negative = torch.tensor([0.9, 0.2, 0.5]), torch.tensor([0.1, 0.5, 0.3, 0.95])
     pairs = [(p > n) + 0.5 * (p == n) for p in positive.tolist() for n in negative.tolist()]
@@ -415,7 +415,7 @@ def test_ranking_auc_counts_pairs_ranked_right_and_ties_as_half():
 
 def test_cli_lets_a_bug_keep_its_traceback(monkeypatch, tmp_path):
     """Only `UserError` becomes a one-line message; any other exception (a bug) propagates."""
-    import integrations.electra.pretrain as pretrain_package
+    import replayloader_electra.pretrain as pretrain_package
 
     def broken(config):
         raise ValueError("a bug, not a user mistake")

@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("datasets")
 pytest.importorskip("tokenizers")
 
-from integrations.electra.common import UserError  # noqa: E402
-from integrations.electra.data import (BatchStream, pack_token_stream,  # noqa: E402
+from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.data import (BatchStream, pack_token_stream,  # noqa: E402
                                        prepare_pretraining_data, resolve_corpus, text_files_for)
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -99,7 +99,7 @@ def test_shared_gz_and_nltk_zip_corpora(tmp_path):
 
 
 def test_trained_tokenizer_is_reproducible_and_keeps_special_ids():
-    from integrations.electra.common import SPECIAL_TOKENS, train_wordpiece
+    from replayloader_electra.common import SPECIAL_TOKENS, train_wordpiece
 
     rng = np.random.default_rng(0)
     words = [f"w{i}x{j}" for i in range(30) for j in range(5)]

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from integrations.electra.pretrain import VARIANTS, PretrainConfig, pretrain, read_metrics  # noqa: E402
+from replayloader_electra.pretrain import VARIANTS, PretrainConfig, pretrain, read_metrics  # noqa: E402
 
 # variant -> (generator loss per step, discriminator loss per step), steps 1..6
 PINNED: dict[str, tuple[list[float], list[float]]] = {

@@ -107,9 +107,9 @@ def corpus(tmp_path_factory) -> dict:
 
 
 def _pretrain(corpus, out, device, **overrides):
-    from integrations.electra.pretrain.config import PretrainConfig
-    from integrations.electra.pretrain.loop import pretrain
-    from integrations.electra.pretrain.metrics import read_metrics
+    from replayloader_electra.pretrain.config import PretrainConfig
+    from replayloader_electra.pretrain.loop import pretrain
+    from replayloader_electra.pretrain.metrics import read_metrics
 
     settings = dict(preset="tiny", corpus=corpus["file"], vocab_size=200, max_len=32, batch_size=8, steps=4,
                     buffer_size=32, warmup_steps=1, output_dir=str(out), cache_dir=corpus["cache"], progress=False,

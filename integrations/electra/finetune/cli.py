@@ -1,7 +1,7 @@
 """The ``finetune`` subcommand: ``... finetune --checkpoint DIR --task sst2`` (or ``glue``, ``squad``).
 
 ``add_finetune_subparser`` plugs it into a parent command line; ``main`` runs it on its own
-(``python -m integrations.electra.finetune.cli finetune ...``). Its flags are the fields of `options`'
+(``python -m replayloader_electra.finetune.cli finetune ...``). Its flags are the fields of `options`'
 dataclasses (declared once there).
 """
 

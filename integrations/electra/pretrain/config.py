@@ -1,7 +1,7 @@
 """Every option of a pretraining run, declared once: the dataclass field carries its flag's help text.
 
 `PretrainConfig` fields left at ``None`` take the preset's value (`filled`); the command line is generated from
-the fields (`integrations.electra.common.OptionParser`, on `transformers.HfArgumentParser`); resuming is the saved config updated with
+the fields (`replayloader_electra.common.OptionParser`, on `transformers.HfArgumentParser`); resuming is the saved config updated with
 exactly the options given (`resume_config`).
 """
 from __future__ import annotations

@@ -1,1 +1,0 @@
-"""Integrations of replayloader with training code (ELECTRA/TMR pretraining and fine-tuning)."""
