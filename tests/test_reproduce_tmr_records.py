@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 pytest.importorskip("matplotlib")
-import reproduce_tmr_summary as summary  # noqa: E402
-from reproduce_tmr_data import (WINDOW, RunData, compact_pretrain, export_finished, load_runs,  # noqa: E402
+import experiments.reproduce_tmr_summary as summary  # noqa: E402
+from experiments.reproduce_tmr_data import (WINDOW, RunData, compact_pretrain, export_finished, load_runs,  # noqa: E402
                                 read_jsonl_gz, restore_heldout)
 
 STEPS = summary.STEPS

@@ -66,8 +66,8 @@ def test_a_damaged_or_missing_snapshot_is_refused_naming_the_file(copied_snapsho
 
 
 def test_heldout_scoring_reads_the_same_snapshot_lines_the_runs_never_trained_on(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-    from heldout_auc import heldout_lines
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from experiments.heldout_auc import heldout_lines
 
     held = heldout_lines("python-docs", 16_600)
     assert held == corpus_lines(resolve_corpus("python-docs"), tmp_path, start=16_600)["text"]
