@@ -170,8 +170,7 @@ def draw_arm(ax, runs: dict[int, RunData], key: str, gap: str | None, color: str
     x = steps * scale
     if len(matrix) < MIN_SEEDS_FOR_BAND:
         for row, seed in zip(matrix, runs):
-            ax.plot(x, row, color=color, linestyle="--", alpha=0.8,
-                    label=f"{label} (seed {seed})" if len(matrix) > 1 else f"{label} (n=1)")
+            ax.plot(x, row, color=color, linestyle="--", alpha=0.8, label=f"{label} (seed {seed})")
         return
     if limits is not None:
         low, high = np.clip(low, *limits), np.clip(high, *limits)
