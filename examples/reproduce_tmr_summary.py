@@ -54,14 +54,17 @@ class Paired:
     low: float = float("nan")
     high: float = float("nan")
     p: float = float("nan")
+    dropped: int = 0  # common seeds without a value on either side (e.g. never reached the AUC threshold)
 
     def text(self, digits: int = 3, adjusted: int = 1) -> str:
+        dropped = f"; {self.dropped} pair(s) without a value" if self.dropped else ""
         if len(self.diffs) == 0:
-            return "–"
+            return f"–{f' ({dropped[2:]})' if dropped else ''}"
         if len(self.diffs) < 2:
-            return f"{self.mean:+.{digits}f} (n=1, no CI)"
+            return f"{self.mean:+.{digits}f} (n=1, no CI{dropped})"
         p = f"p={self.p:.2g}" + (f", Bonferroni ×{adjusted}: {min(1.0, self.p * adjusted):.2g}" if adjusted > 1 else "")
-        return f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] (n={len(self.diffs)}, {p})"
+        return (f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] "
+                f"(n={len(self.diffs)}, {p}{dropped})")
 
 
 def paired(arm: dict[int, RunData], base: dict[int, RunData], value) -> Paired:
@@ -69,9 +72,10 @@ def paired(arm: dict[int, RunData], base: dict[int, RunData], value) -> Paired:
     pairs = [(s, value(arm[s]) - value(base[s])) for s in seeds]
     pairs = [(s, d) for s, d in pairs if np.isfinite(d)]
     diffs = np.array([d for _, d in pairs])
+    dropped = len(seeds) - len(pairs)
     if len(diffs) == 0:
-        return Paired([], diffs, float("nan"))
-    result = Paired([s for s, _ in pairs], diffs, float(diffs.mean()))
+        return Paired([], diffs, float("nan"), dropped=dropped)
+    result = Paired([s for s, _ in pairs], diffs, float(diffs.mean()), dropped=dropped)
     if len(diffs) >= 2 and np.ptp(diffs) == 0:  # every pair differs by the same amount: no spread to test
         result.low = result.high = result.mean
     elif len(diffs) >= 2:
@@ -129,12 +133,14 @@ class _Const:
 
 
 def mean_std(values: list[float], digits: int = 3) -> str:
-    values = [v for v in values if np.isfinite(v)]
-    if not values:
-        return "–"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
+    """Mean ± sample std of the finite values, saying how many had none (e.g. never reached the threshold)."""
+    finite = [v for v in values if np.isfinite(v)]
+    missing = f" ({len(values) - len(finite)} of {len(values)} none)" if len(finite) < len(values) else ""
+    if not finite:
+        return "–" + missing
+    if len(finite) == 1:
+        return f"{finite[0]:.{digits}f}" + missing
+    return f"{np.mean(finite):.{digits}f} ± {np.std(finite, ddof=1):.{digits}f}" + missing
 
 
 def finite_mean(values: list[float]) -> float:
@@ -260,7 +266,7 @@ def tables(runs: dict[str, dict[int, RunData]]) -> list[str]:
     marks = ", ".join(f"{m:,}" for m in MARKS)
     lines = ["", f"## Held-out discriminator scores at steps {marks} (mean ± std over seeds)", "",
              "| arm | seeds | " + " | ".join(f"AUC @ {m:,}" for m in MARKS) + " | "
-             + " | ".join(f"L_D @ {m:,}" for m in MARKS) + f" | mean AUC over training | first step AUC ≥ {THRESHOLD} "
+             + " | ".join(f"L_D @ {m:,}" for m in MARKS) + f" | mean AUC over training | first step AUC ≥ {THRESHOLD} (none: never by step {STEPS:,}) "
              "| fresh AUC, last 500 steps |", "|---|---|" + "---|" * (2 * len(MARKS) + 3)]
     for arm, seeds in runs.items():
         cells = [mean_std([r.heldout_at("heldout_auc", m) for r in seeds.values()]) for m in MARKS]
@@ -277,7 +283,8 @@ def tables(runs: dict[str, dict[int, RunData]]) -> list[str]:
         for seeds in runs.values():
             r = seeds.get(seed)
             cells.append("–" if r is None else " / ".join(f"{r.heldout_at('heldout_auc', m):.3f}" for m in MARKS)
-                         + f"; {auc_area(r):.3f}; {first_step_over(r):.0f}")
+                         + f"; {auc_area(r):.3f}; "
+                         + (f"{first_step_over(r):.0f}" if np.isfinite(first_step_over(r)) else "never"))
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     base = runs.get("electra", {})
     lines += ["", "## Runtime (paper Table 2 analogue), measured in these runs", "",
