@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the checkout, so this runs from any cwd
 from experiments.reproduce_tmr_cpu import ABLATIONS, ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS  # noqa: E402
 from experiments.reproduce_tmr_data import RESULTS, RunData, load_finetuning, load_runs  # noqa: E402
-from replayloader_electra.common import format_mean_std as mean_std  # noqa: E402
+from replayloader_electra.common import format_mean_std  # noqa: E402
 from replayloader_electra.finetune.tasks import get_task  # noqa: E402
 
 MARKS = (STEPS // 4, STEPS // 2, STEPS)  # 25, 50, 100% of the steps
@@ -54,14 +54,17 @@ class Paired:
     low: float = float("nan")
     high: float = float("nan")
     p: float = float("nan")
+    dropped: int = 0  # common seeds without a value on either side (e.g. never reached the AUC threshold)
 
     def text(self, digits: int = 3, adjusted: int = 1) -> str:
+        dropped = f"; {self.dropped} pair(s) without a value" if self.dropped else ""
         if len(self.diffs) == 0:
-            return "–"
+            return f"–{f' ({dropped[2:]})' if dropped else ''}"
         if len(self.diffs) < 2:
-            return f"{self.mean:+.{digits}f} (n=1, no CI)"
+            return f"{self.mean:+.{digits}f} (n=1, no CI{dropped})"
         p = f"p={self.p:.2g}" + (f", Bonferroni ×{adjusted}: {min(1.0, self.p * adjusted):.2g}" if adjusted > 1 else "")
-        return f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] (n={len(self.diffs)}, {p})"
+        return (f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] "
+                f"(n={len(self.diffs)}, {p}{dropped})")
 
 
 def paired(arm: dict[int, RunData], base: dict[int, RunData], value) -> Paired:
@@ -69,9 +72,10 @@ def paired(arm: dict[int, RunData], base: dict[int, RunData], value) -> Paired:
     pairs = [(s, value(arm[s]) - value(base[s])) for s in seeds]
     pairs = [(s, d) for s, d in pairs if np.isfinite(d)]
     diffs = np.array([d for _, d in pairs])
+    dropped = len(seeds) - len(pairs)
     if len(diffs) == 0:
-        return Paired([], diffs, float("nan"))
-    result = Paired([s for s, _ in pairs], diffs, float(diffs.mean()))
+        return Paired([], diffs, float("nan"), dropped=dropped)
+    result = Paired([s for s, _ in pairs], diffs, float(diffs.mean()), dropped=dropped)
     if len(diffs) >= 2 and np.ptp(diffs) == 0:  # every pair differs by the same amount: no spread to test
         result.low = result.high = result.mean
     elif len(diffs) >= 2:
@@ -128,6 +132,13 @@ class _Const:
     value: float
 
 
+def mean_std(values: list[float], digits: int = 3) -> str:
+    """The shared "mean ± sample std" cell, saying how many runs had no value (e.g. never reached the threshold)."""
+    finite = [v for v in values if v is not None and np.isfinite(v)]
+    missing = f" ({len(values) - len(finite)} of {len(values)} none)" if len(finite) < len(values) else ""
+    return format_mean_std(finite, digits) + missing
+
+
 def finite_mean(values: list[float]) -> float:
     values = [v for v in values if np.isfinite(v)]
     return float(np.mean(values)) if values else float("nan")
@@ -161,8 +172,7 @@ def draw_arm(ax, runs: dict[int, RunData], key: str, gap: str | None, color: str
     x = steps * scale
     if len(matrix) < MIN_SEEDS_FOR_BAND:
         for row, seed in zip(matrix, runs):
-            ax.plot(x, row, color=color, linestyle="--", alpha=0.8,
-                    label=f"{label} (seed {seed})" if len(matrix) > 1 else f"{label} (n=1)")
+            ax.plot(x, row, color=color, linestyle="--", alpha=0.8, label=f"{label} (seed {seed})")
         return
     if limits is not None:
         low, high = np.clip(low, *limits), np.clip(high, *limits)
@@ -252,7 +262,7 @@ def tables(runs: dict[str, dict[int, RunData]]) -> list[str]:
     marks = ", ".join(f"{m:,}" for m in MARKS)
     lines = ["", f"## Held-out discriminator scores at steps {marks} (mean ± std over seeds)", "",
              "| arm | seeds | " + " | ".join(f"AUC @ {m:,}" for m in MARKS) + " | "
-             + " | ".join(f"L_D @ {m:,}" for m in MARKS) + f" | mean AUC over training | first step AUC ≥ {THRESHOLD} "
+             + " | ".join(f"L_D @ {m:,}" for m in MARKS) + f" | mean AUC over training | first step AUC ≥ {THRESHOLD} (none: never by step {STEPS:,}) "
              "| fresh AUC, last 500 steps |", "|---|---|" + "---|" * (2 * len(MARKS) + 3)]
     for arm, seeds in runs.items():
         cells = [mean_std([r.heldout_at("heldout_auc", m) for r in seeds.values()]) for m in MARKS]
@@ -269,7 +279,8 @@ def tables(runs: dict[str, dict[int, RunData]]) -> list[str]:
         for seeds in runs.values():
             r = seeds.get(seed)
             cells.append("–" if r is None else " / ".join(f"{r.heldout_at('heldout_auc', m):.3f}" for m in MARKS)
-                         + f"; {auc_area(r):.3f}; {first_step_over(r):.0f}")
+                         + f"; {auc_area(r):.3f}; "
+                         + (f"{first_step_over(r):.0f}" if np.isfinite(first_step_over(r)) else "never"))
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     base = runs.get("electra", {})
     lines += ["", "## Runtime (paper Table 2 analogue), measured in these runs", "",
