@@ -32,7 +32,8 @@ _METHODS = ("item", "tolist", "numpy", "cpu", "__float__", "__int__", "__bool__"
 
 def _to_host(args: tuple, kwargs: dict) -> bool:
     """Whether a ``Tensor.to`` call moves to the CPU and waits (no ``non_blocking=True``)."""
-    if kwargs.get("non_blocking") or (len(args) > 1 and args[1] is True and not isinstance(args[0], bool)):
+    flags = [a for a in args if isinstance(a, bool)]  # positional non_blocking, then copy, in every signature
+    if kwargs.get("non_blocking") or (flags and flags[0]):
         return False
     target = kwargs.get("device", args[0] if args else None)
     return str(target).startswith("cpu")

@@ -75,7 +75,7 @@ def array(state: Any, key: str, where: str, shape: tuple, kinds: str, dtype: Any
             value = np.asarray(value)
         else:
             raise InvalidState(f"{where}[{key!r}] must be an array, got {type(value).__name__}")
-    if value.dtype.kind not in kinds or (value.dtype.kind == "O"):
+    if value.dtype.kind not in kinds:  # kinds never include "O": object arrays are refused here
         want = " or ".join(_KINDS[k] for k in kinds)
         if not (value.size == 0 and value.dtype.kind == "f" and "i" in kinds):  # np.asarray([]) is float
             raise InvalidState(f"{where}[{key!r}] must hold {want} values, got dtype {value.dtype}")

@@ -112,3 +112,13 @@ def test_feedback_costs_host_copies_unless_deferred():
 
     assert run(defer=False) >= 6  # at least one blocking copy per step's feedback
     assert run(defer=True) == 0
+
+
+def test_a_move_to_the_host_waits_unless_non_blocking_is_set_in_any_signature():
+    torch = pytest.importorskip("torch")
+    from replayloader.host_sync import _to_host
+
+    assert _to_host(("cpu",), {}) and _to_host(("cpu", torch.float32, False, True), {})  # copy=True still waits
+    assert not _to_host(("cpu",), {"non_blocking": True})
+    assert not _to_host(("cpu", torch.float32, True), {})  # to(device, dtype, non_blocking)
+    assert not _to_host((torch.zeros(1), True), {})  # to(other, non_blocking)
