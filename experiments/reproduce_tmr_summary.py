@@ -335,7 +335,8 @@ def tables(runs: dict[str, dict[int, RunData]]) -> list[str]:
               "this step (fresh) and on replayed rows. Weight ESS / N = 1 / (1 + CV²) of the buffer's weights: the "
               "share of the buffer that sampling effectively draws from when P ∝ w (α = 1; the uniform ablations "
               "sample with α = 0, so theirs is 1 whatever the weights). Visits = mean number of times the buffered "
-              "examples have been sampled: what the eviction rule keeps.", "",
+              "examples have been sampled: what the eviction rule keeps. Age = steps since the generator made the "
+              "sampled rows (a delay line's D once its queue is full; its rows are never fresh).", "",
               "| arm | steps | generator change rate | replaced acc. fresh | replaced acc. replayed | "
               "fresh AUC | age of sampled examples | weight ESS / N | visits of buffered examples |",
               "|---|---|---|---|---|---|---|---|---|"]
