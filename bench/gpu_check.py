@@ -10,7 +10,11 @@ What it measures:
 (b) buffer operations with storage on the device: add / sample / update of K examples at N = 1e3..1e6.
 (c) where a TMR step's time goes: each part timed between device synchronisations (producer, buffer add + sample,
     discriminator forward, feedback signals + update; the rest is backward, optimizer and logging), and the
-    number of host transfers per step (`replayloader.host_sync`), synchronous vs deferred feedback.
+    number of host transfers per step (`replayloader.host_sync`), synchronous vs deferred feedback, logging every
+    step vs every `LOG_EVERY` steps.
+(d) what per-step logging costs: a tmr-loss_diff step with ``--log-every 1`` vs ``--log-every LOG_EVERY``, with and
+    without deferred feedback, timed as the wall-time difference of a short and a long run (no per-step timer
+    can see the device work a step leaves queued).
 It needs what a GPU machine has (torch with CUDA, transformers, tokenizers, numba, safetensors, numpy, scipy),
 not the `datasets` package: pretraining reads the embedded corpus.
 """
@@ -38,6 +42,10 @@ from replayloader.host_sync import count_host_transfers  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
 
 PAPER_RATIOS = {"tmr-loss_diff": 1.016, "tmr-grad_norm": 2.49, "tmr-grad_bound": 1.15}
+LOG_EVERY = 50  # (c), (d): the sparse logging compared with logging every step
+LOGGING_RUNS = {(False, 1): "synchronous", (True, 1): "deferred",
+                (False, LOG_EVERY): f"synchronous, --log-every {LOG_EVERY}",
+                (True, LOG_EVERY): f"deferred, --log-every {LOG_EVERY}"}  # (defer_feedback, log_every) -> label
 
 
 def sync(device: torch.device) -> None:
@@ -49,10 +57,11 @@ def sync(device: torch.device) -> None:
 def sizes(dry_run: bool) -> dict:
     if dry_run:
         return {"pretrain": dict(preset="tiny", batch_size=8, max_len=32, vocab_size=200, steps=3, max_lines=200),
-                "skip_steps": 1, "buffer_n": [1_000], "buffer_k": [128], "buffer_reps": 3, "breakdown_steps": 2}
+                "skip_steps": 1, "buffer_n": [1_000], "buffer_k": [128], "buffer_reps": 3, "breakdown_steps": 2,
+                "logging_steps": (2, 4)}
     return {"pretrain": dict(preset="small", batch_size=128, max_len=128, vocab_size=30_522, steps=60),
             "skip_steps": 10, "buffer_n": [1_000, 10_000, 100_000, 1_000_000], "buffer_k": [128, 1024],
-            "buffer_reps": 50, "breakdown_steps": 20}
+            "buffer_reps": 50, "breakdown_steps": 20, "logging_steps": (20, 20 + LOG_EVERY)}
 
 
 def pretrain_config(size: dict, out: Path, cache: Path, device: str, **overrides):
@@ -160,15 +169,41 @@ def breakdown(size: dict, device_name: str, work: Path) -> dict:
     per_step = {name: sum(values) / steps for name, values in parts.items()}
     per_step["backward, optimizer, logging (the rest)"] = max(sum(step_seconds) / steps - sum(per_step.values()), 0)
     transfers = {}
-    for defer in (False, True):
+    for (defer, log_every), label in LOGGING_RUNS.items():
         counts = []
         for n in (steps // 2, steps):  # the difference of two runs: per step, without set-up and export
             with count_host_transfers(device.type if device.type == "cuda" else None) as moves:
-                pretrain(pretrain_config(size, work / f"sync{defer}{n}", work / "cache", device_name,
-                                         variant="tmr-loss_diff", steps=n, defer_feedback=defer))
+                pretrain(pretrain_config(size, work / f"sync{defer}{log_every}-{n}", work / "cache", device_name,
+                                         variant="tmr-loss_diff", steps=n, defer_feedback=defer,
+                                         log_every=log_every))
             counts.append(sum(moves.values()))
-        transfers["deferred" if defer else "synchronous"] = (counts[1] - counts[0]) / (steps - steps // 2)
+        transfers[label] = (counts[1] - counts[0]) / (steps - steps // 2)
     return {"seconds_per_step": per_step, "host_transfers_per_step": transfers}
+
+
+# ----------------------------------------------------------------------------------------------- (d)
+def logging_cost(size: dict, device_name: str, work: Path) -> list[dict]:
+    """Seconds per tmr-loss_diff step for each of `LOGGING_RUNS`: (wall of the long run - wall of the short run) /
+    the steps between, so set-up, export and the device work still queued cancel out (a run ends with a
+    checkpoint, which waits for the device)."""
+    from replayloader_electra.pretrain.loop import pretrain
+
+    short, long = size["logging_steps"]
+    rows = []
+    for (defer, log_every), label in LOGGING_RUNS.items():
+        walls = []
+        for n in (short, long):
+            config = pretrain_config(size, work / f"logging{defer}{log_every}-{n}", work / "cache", device_name,
+                                     variant="tmr-loss_diff", steps=n, defer_feedback=defer, log_every=log_every)
+            started = time.perf_counter()
+            pretrain(config)
+            walls.append(time.perf_counter() - started)
+        rows.append({"run": label, "seconds_per_step": (walls[1] - walls[0]) / (long - short),
+                     "steps_timed": long - short})
+    base = rows[0]["seconds_per_step"]
+    for row in rows:
+        row["ratio"] = row["seconds_per_step"] / base
+    return rows
 
 
 # ----------------------------------------------------------------------------------------------- report
@@ -179,7 +214,8 @@ def run_gpu_tests() -> str:
     return "\n".join(lines[-25:])
 
 
-def report(args, env: dict, tests: str, table: list[dict], ops: list[dict], parts: dict, seconds: float) -> str:
+def report(args, env: dict, tests: str, table: list[dict], ops: list[dict], parts: dict, logging_rows: list[dict],
+           seconds: float) -> str:
     out = [f"# GPU check{' (dry run on the CPU: plumbing only, not a measurement)' if args.dry_run else ''}", "",
            f"Command: `python bench/gpu_check.py{' --dry-run' if args.dry_run else ''}`  ",
            f"Date: {env['date']}  ", f"Machine: {env['device']}; torch {env['torch']}, CUDA {env['cuda']}, "
@@ -203,6 +239,12 @@ def report(args, env: dict, tests: str, table: list[dict], ops: list[dict], part
             "means something" if args.dry_run else "calls on CUDA tensors")
     out += ["", f"Host transfers per step ({what}): "
             + ", ".join(f"{k} {v:.1f}" for k, v in parts["host_transfers_per_step"].items()), ""]
+    out += ["## (d) What logging every step costs (tmr-loss_diff; wall-time difference of a short and a long run, "
+            f"{logging_rows[0]['steps_timed']} steps apart)",
+            "", "| feedback, logging | s/step | ratio to synchronous, every step |", "|---|---|---|"]
+    for row in logging_rows:
+        out.append(f"| {row['run']} | {row['seconds_per_step']:.4f} | {row['ratio']:.3f} |")
+    out.append("")
     return "\n".join(out)
 
 
@@ -233,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(ops, indent=1), flush=True)
         parts = breakdown(size, device, work)
         print(json.dumps(parts, indent=1), flush=True)
-    text = report(args, env, tests, table, ops, parts, time.perf_counter() - started)
+        logging_rows = logging_cost(size, device, work)
+        print(json.dumps(logging_rows, indent=1), flush=True)
+    text = report(args, env, tests, table, ops, parts, logging_rows, time.perf_counter() - started)
     out = Path(args.out) if args.out else (Path(tempfile.mkdtemp()) / "gpu_check.md" if args.dry_run
                                            else ROOT / "results" / "gpu_check.md")
     out.write_text(text)

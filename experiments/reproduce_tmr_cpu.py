@@ -151,8 +151,8 @@ def main() -> int:
                  args.parallel, on_done=export)
     export()
     if not args.no_summary:
-        subprocess.run([sys.executable, str(REPO / "examples" / "reproduce_tmr_summary.py"), str(results)],
-                       check=False)
+        return subprocess.run([sys.executable, str(Path(__file__).with_name("reproduce_tmr_summary.py")),
+                               str(results)]).returncode
     return 0
 
 

@@ -29,7 +29,7 @@ from .buffer import ReplayBuffer, Sample
 from .deferred import DeferredFeedback
 from .locked import LockedBuffer
 from .rate_limiter import LimiterConfigError, RateLimiter, RateLimitTimeout, credit_limiter
-from .state_checks import field, integer, number
+from .state_checks import InvalidState, field, integer, number
 from .workers import OrderedFeed, ProducerPool
 
 
@@ -122,7 +122,7 @@ class ReplayDataLoader:
         self._source_states: dict[int, Any] = {}  # a stateful source's state before each in-flight item
         self._pass_index0 = 0  # self.step when the background pass started
         self._insert_wait0 = 0.0  # the pacing limiter's insert wait when the pass started
-        self._meter = {"start": None, "inserted": 0, "sampled": 0, "learner_wait": 0.0, "producer_wait": 0.0}
+        self._meter = new_meter()
 
     def __len__(self) -> int:
         """Number of producer calls per pass (batches per pass when replay_ratio == 1)."""
@@ -292,15 +292,8 @@ class ReplayDataLoader:
         """Throughput and waiting since the first pass began: inserted and sampled examples per second, seconds
         the training loop waited for data (without workers: the time it spent producing) and seconds producers
         waited (idle workers while the queue was full, plus rate-limiter waits). Sums over passes."""
-        meter = self._meter
-        elapsed = time.perf_counter() - meter["start"] if meter["start"] is not None else 0.0
-        producer_wait = meter["producer_wait"]
-        if self._pace is not None:  # a pass is running: count its waits so far
-            producer_wait += self._pace.insert_wait - self._insert_wait0
-        rate = (lambda count: count / elapsed if elapsed > 0 else 0.0)
-        return {"elapsed_s": elapsed, "inserted": meter["inserted"], "sampled": meter["sampled"],
-                "inserts_per_s": rate(meter["inserted"]), "samples_per_s": rate(meter["sampled"]),
-                "learner_wait_s": meter["learner_wait"], "producer_wait_s": producer_wait}
+        running = self._pace.insert_wait - self._insert_wait0 if self._pace is not None else 0.0
+        return meter_report(self._meter, running)  # a running pass's waits so far count too
 
     def state_dict(self) -> dict:
         """Buffer, position and pacing. With workers running, a consistent snapshot: it holds the lock, so no
@@ -331,17 +324,11 @@ class ReplayDataLoader:
         needs its state in ``state`` and a plain one must find none there (it would be lost)."""
         if self._pace is not None:
             raise RuntimeError("load_state_dict while a background pass runs; finish or break out of it first")
-        where = "loader state"
-        step = integer(state, "step", where, 0)
-        consumed = integer(state, "consumed", where, 0)
-        credit = number(state, "credit", where)
-        limiter = None
-        if self.rate_limiter is not None and "rate_limiter" in state:
-            limiter = self.rate_limiter.checked_state(state["rate_limiter"])
-        buffer_state = field(state, "buffer", where)
+        step, credit, limiter, buffer_state = checked_position(state, self.rate_limiter)
+        consumed = integer(state, "consumed", "loader state", 0)
         stateful = is_stateful_producer(self.producer)
         if stateful != ("producer" in state):
-            raise ValueError(f"{where}: the producer {type(self.producer).__name__} "
+            raise InvalidState(f"loader state: the producer {type(self.producer).__name__} "
                              + ("keeps state (loader_state_dict) but the state has none for it" if stateful else
                                 "keeps no state (no load_loader_state_dict) but the state holds a producer state"))
         previous_producer = self.producer.loader_state_dict() if stateful else None
@@ -366,6 +353,33 @@ class ReplayDataLoader:
         if not restores_source:
             self._skip = self.consumed
         self._resuming = True
+
+
+def new_meter() -> dict:
+    """The counts behind a loader's ``stats()`` (this loader's and `replayloader.ray.RayReplayLoader`'s)."""
+    return {"start": None, "inserted": 0, "sampled": 0, "learner_wait": 0.0, "producer_wait": 0.0}
+
+
+def meter_report(meter: Mapping, running_producer_wait: float = 0.0) -> dict[str, float]:
+    """``stats()`` from a meter: counts, rates since the first pass began, and waits (plus a running pass's
+    producer waits not yet added to the meter)."""
+    elapsed = time.perf_counter() - meter["start"] if meter["start"] is not None else 0.0
+    rate = (lambda count: count / elapsed if elapsed > 0 else 0.0)
+    return {"elapsed_s": elapsed, "inserted": meter["inserted"], "sampled": meter["sampled"],
+            "inserts_per_s": rate(meter["inserted"]), "samples_per_s": rate(meter["sampled"]),
+            "learner_wait_s": meter["learner_wait"], "producer_wait_s": meter["producer_wait"] + running_producer_wait}
+
+
+def checked_position(state: Mapping, rate_limiter: RateLimiter | None) -> tuple[int, float, Any, Any]:
+    """A loader checkpoint's step, pacing credit, rate-limiter state (checked, not applied; None without a
+    limiter) and buffer state, read and checked before anything is restored (`InvalidState` names the field)."""
+    where = "loader state"
+    step = integer(state, "step", where, 0)
+    credit = number(state, "credit", where)
+    limiter = None
+    if rate_limiter is not None and "rate_limiter" in state:
+        limiter = rate_limiter.checked_state(state["rate_limiter"])
+    return step, credit, limiter, field(state, "buffer", where)
 
 
 def is_stateful_producer(producer: Any) -> bool:

@@ -66,3 +66,18 @@ def test_glue_summary_pairs_runs_by_seed(tmp_path):
     assert "| uniform | 60.00 ± 14.14 |" in text and "| prioritized | 62.50 ± 17.68 |" in text
     assert "| Δ | 2.50 ± 31.82 |" in text  # paired: +25 and -20 points
     assert "| paired t-test p | 0.93 |" in text
+
+
+def test_scripts_named_by_repository_paths_exist():
+    """A driver that starts another script by ``REPO / "folder" / "name.py"`` names one that exists (the summary
+    step of reproduce_tmr_cpu.py kept pointing at examples/ after the move, and failed without a word)."""
+    import re
+
+    named = {}
+    for script in [*EXPERIMENTS.glob("*.py"), *(ROOT / "bench").glob("*.py"), *(ROOT / "tools").glob("*.py")]:
+        for parts in re.findall(r'REPO((?:\s*/\s*"[^"]+")+)', script.read_text()):
+            relative = Path(*re.findall(r'"([^"]+)"', parts))
+            if relative.suffix in {".py", ".sh"}:
+                named[f"{script.name}: {relative}"] = ROOT / relative
+    assert named, "the pattern no longer finds the drivers' script paths"
+    assert [where for where, path in named.items() if not path.exists()] == []

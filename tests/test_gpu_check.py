@@ -32,6 +32,9 @@ def test_dry_run_writes_every_section(tmp_path):
                 "| tmr-grad_bound |", "| 1,000 | 128 |", "| producer |", "| discriminator forward |"):
         assert row in text, row
     assert "synchronous" in text and "deferred" in text
+    for row in ("| synchronous | ", "| deferred | ", "| synchronous, --log-every 50 | ", "| deferred, --log-every 50 | "):
+        assert row in text, row  # (d): what logging every step costs
+    assert "deferred, --log-every 50 " in text.split("## (d)")[0]  # (c): its host transfers per step
 
 
 def test_without_cuda_a_real_run_is_refused_with_a_hint(capsys):

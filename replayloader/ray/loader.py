@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from ..loader import ReplayBatch
+from ..loader import ReplayBatch, checked_position, meter_report, new_meter
 from ..rate_limiter import RateLimiter, credit_limiter
 from ..workers import OrderedFeed, WorkerError
 from .remote import RemoteBuffer
@@ -170,7 +170,7 @@ class RayReplayLoader:
         self._resuming = False
         self._pace: RateLimiter | None = None
         self._latest = np.empty(0, np.int64)
-        self._meter = {"start": None, "inserted": 0, "sampled": 0, "learner_wait": 0.0, "producer_wait": 0.0}
+        self._meter = new_meter()
 
     def _items(self) -> Iterator[Any]:
         """The items of the rest of this pass (None per step without a source)."""
@@ -263,14 +263,7 @@ class RayReplayLoader:
     def stats(self) -> dict[str, float]:
         """Inserted and sampled examples (and per second since the first pass), seconds the loop waited for data,
         seconds producers sat idle or held back by the limiter, and how many producers were restarted."""
-        meter = self._meter
-        elapsed = time.perf_counter() - meter["start"] if meter["start"] is not None else 0.0
-        producer_wait = meter["producer_wait"]
-        rate = (lambda count: count / elapsed if elapsed > 0 else 0.0)
-        return {"elapsed_s": elapsed, "inserted": meter["inserted"], "sampled": meter["sampled"],
-                "inserts_per_s": rate(meter["inserted"]), "samples_per_s": rate(meter["sampled"]),
-                "learner_wait_s": meter["learner_wait"], "producer_wait_s": producer_wait,
-                "producer_restarts": len(self.restarts)}
+        return {**meter_report(self._meter), "producer_restarts": len(self.restarts)}
 
     def state_dict(self) -> dict:
         """A consistent checkpoint, also while producers run: the buffer (every shard), the position of the last
@@ -283,12 +276,13 @@ class RayReplayLoader:
         return state
 
     def load_state_dict(self, state: Mapping) -> None:
-        """Restore a checkpoint; the next iter() continues from it."""
+        """Restore a checkpoint; the next iter() continues from it. All or nothing: the position and the limiter's
+        state are checked before the buffer (every shard) is restored, and applied only once it has been."""
         if self._pace is not None:
             raise RuntimeError("load_state_dict while a pass runs; finish or break out of it first")
-        self.buffer.load_state_dict(state["buffer"])
-        self.step = int(state["step"])
-        self._credit = float(state["credit"])
-        if self.rate_limiter is not None and "rate_limiter" in state:
-            self.rate_limiter.load_state_dict(state["rate_limiter"])
+        step, credit, limiter, buffer_state = checked_position(state, self.rate_limiter)
+        self.buffer.load_state_dict(buffer_state)
+        self.step, self._credit = step, credit
+        if limiter is not None:
+            self.rate_limiter.commit_state(limiter)
         self._resuming = True

@@ -182,7 +182,7 @@ def equivalence_run(rows: slice | None = None) -> dict[str, torch.Tensor]:
             data = {"input_ids": part["corrupted"], "original_ids": part["input_ids"],
                     "attention_mask": part["attention_mask"]}
             d = discriminator_losses(discriminator, data)
-            share_g, share_d = world.loss_shares(int(part["masked"].sum()), float(d.mask.sum()))
+            share_g, share_d = world.loss_shares(int(part["masked"].sum()), d.mask.sum())  # as the loop: a tensor
             optimizer.zero_grad(set_to_none=True)
             (share_g * generator_loss + 50.0 * (share_d * d.loss)).backward()
             optimizer.step()

@@ -165,3 +165,28 @@ def test_restarted_learner_resumes_every_shard_from_a_checkpoint_file(producers,
             assert_state_equal(value, local.state_dict()[key], path=key)
     for shard in shards.shards:
         shard.kill()
+
+
+@pytest.mark.parametrize("bad", [{"step": -1}, {"credit": float("nan")}, {"rate_limiter": {"inserts": "many"}}])
+def test_a_refused_checkpoint_changes_nothing(producers, bad):
+    """The position and the limiter's state are checked before any shard is restored (before, a bad step was
+    read only after the buffer had already been overwritten)."""
+    from replayloader.state_checks import InvalidState
+
+    buffer = RemoteBuffer(**buffer_args())
+    limiter = RateLimiter(samples_per_insert=1.0, min_size=8, error_buffer=16, timeout=30)
+    loader = RayReplayLoader(producers, buffer, 8, source=range(6), rate_limiter=limiter)
+    for _ in loader:
+        pass
+    checkpoint = loader.state_dict()
+    fresh = RemoteBuffer(**buffer_args())
+    before = fresh.state_dict()
+    other = RayReplayLoader(producers, fresh, 8, source=range(6),
+                            rate_limiter=RateLimiter(samples_per_insert=1.0, min_size=8, error_buffer=16, timeout=30))
+    with pytest.raises(InvalidState):
+        other.load_state_dict({**checkpoint, **bad})
+    assert other.step == 0 and other.rate_limiter.stats()["inserts"] == 0
+    assert_same_contents([fresh.state_dict()], [ReplayBuffer(**buffer_args())])
+    assert before["size"] == 0
+    buffer.kill()
+    fresh.kill()

@@ -114,6 +114,9 @@ class PretrainConfig:
     defer_feedback: bool = option(False, "hand each step's per-example feedback to the buffer just before the next "
                                          "step's examples are added, after its generator work is queued, so a CUDA "
                                          "step never waits for the copy (same results)", RUN)
+    log_every: int = option(1, "write the metrics record (and update the progress bar) every N steps, and at "
+                               "held-out, checkpoint and last steps; the other steps read nothing off the device, "
+                               "so a CUDA step need not wait (a logged step logs its own values, no averages)", RUN)
     progress: bool = option(True, "show a progress bar (--no-progress: none)", RUN)
     export_hf: bool = option(True, "export Hugging Face discriminator/ and generator/ directories at the end "
                                    "(--no-export-hf: none)", RUN)
@@ -165,6 +168,7 @@ class PretrainConfig:
             (out.dist_timeout > 0, f"--dist-timeout must be > 0, got {out.dist_timeout}"),
             (out.heldout_every >= 1, f"--heldout-every must be >= 1, got {out.heldout_every}"),
             (out.checkpoint_every >= 0, f"--checkpoint-every must be >= 0, got {out.checkpoint_every}"),
+            (out.log_every >= 1, f"--log-every must be >= 1, got {out.log_every}"),
             (out.clip_norm > 0, f"--clip must be > 0, got {out.clip_norm}"),
             (sizes.hidden >= 1 and sizes.hidden % sizes.heads == 0,
              f"--hidden must be a positive multiple of the preset's {sizes.heads} heads, got {sizes.hidden}"),

@@ -98,10 +98,10 @@ def corrupt_batch(generator: Callable[..., torch.Tensor], raw: Mapping[str, torc
     corrupted[masked] = sampled
     examples = {"input_ids": corrupted, "original_ids": input_ids, "attention_mask": attention_mask,
                 "masked": masked}
-    with torch.no_grad():
+    with torch.no_grad():  # accuracies stay on the device: read only on the steps that log them
         aux = {"generator_loss": generator_loss, "masked_tokens": targets.numel(),
-               "generator_accuracy": (logits.argmax(-1) == targets).float().mean().item(),
-               "changed_fraction": (sampled != targets).float().mean().item()}
+               "generator_accuracy": (logits.argmax(-1) == targets).float().mean(),
+               "changed_fraction": (sampled != targets).float().mean()}
     return examples, aux
 
 

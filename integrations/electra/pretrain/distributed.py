@@ -5,8 +5,8 @@
 ``python examples/electra_tmr.py pretrain`` computes exactly what it did before. Under torchrun it is a
 `DistributedWorld` (NCCL on ``cuda:LOCAL_RANK``, gloo on CPU): one `DistributedDataParallel` around the whole
 generator+discriminator pair, one replay buffer and one seed stream per rank (`replayloader.shards.ReplayShard`),
-a disjoint share of every epoch's examples per rank, and one all-reduce per step for the loss shares and one for
-the logged numbers.
+a disjoint share of every epoch's examples per rank, and one all-reduce per step for the loss shares and one per
+logged step (`--log-every`) for the logged numbers.
 
 Why one DDP around the pair: the token table is used three times (generator input, generator output layer,
 discriminator input). In one module it is one parameter of one reducer, so its gradient is all-reduced once;
@@ -68,9 +68,10 @@ class World:
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
         return model
 
-    def loss_shares(self, generator_count: float, discriminator_count: float) -> tuple[float, float]:
+    def loss_shares(self, generator_count: Any, discriminator_count: Any) -> tuple[Any, Any]:
         """Factors for this rank's mean L_G and mean L_D so that averaging the gradients over ranks gives the
-        gradient of the global means (the counts are this rank's masked and real tokens)."""
+        gradient of the global means (the counts are this rank's masked and real tokens: numbers or 0-dim
+        tensors). One process: 1 and 1, without reading the counts, which may still be queued on the device."""
         return 1.0, 1.0
 
     def reduce_record(self, record: dict) -> dict:
@@ -135,12 +136,15 @@ class DistributedWorld(World):
         device_ids = [self._device.index] if self._device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=device_ids)
 
-    def loss_shares(self, generator_count: float, discriminator_count: float) -> tuple[float, float]:
-        counts = torch.tensor([generator_count, discriminator_count], dtype=torch.float64,
-                              device=self._reduce_device)
-        self.dist.all_reduce(counts)
-        total_generator, total_discriminator = counts.tolist()
-        return (generator_count * self.size / total_generator, discriminator_count * self.size / total_discriminator)
+    def loss_shares(self, generator_count: Any, discriminator_count: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """The shares as 0-dim float64 tensors on the reduce device: the counts are summed there, never read on
+        the host, so the step does not wait for the device."""
+        own = torch.stack([torch.as_tensor(count, dtype=torch.float64, device=self._reduce_device)
+                           for count in (generator_count, discriminator_count)])
+        totals = own.clone()
+        self.dist.all_reduce(totals)
+        share_g, share_d = own * self.size / totals
+        return share_g, share_d
 
     def reduce_record(self, record: dict) -> dict:
         # Numbers (or None) are averaged over the ranks that have a finite value; one all-reduce carries the sums,

@@ -160,7 +160,7 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
             generator_loss = batch.aux["generator_loss"]
             loss = generator_loss + cfg.discriminator_weight * d.loss
             # each rank's share of the global means (1, 1 in one process), so DDP's gradient average is exact
-            share_g, share_d = world.loss_shares(batch.aux["masked_tokens"], float(d.mask.sum()))
+            share_g, share_d = world.loss_shares(batch.aux["masked_tokens"], d.mask.sum())
             rank_loss = share_g * generator_loss + cfg.discriminator_weight * (share_d * d.loss)
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(rank_loss).backward()
@@ -175,23 +175,25 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
             signals = feedback.signals(batch.data, d, scaler.get_scale() * share_d)
             loader.feedback(batch, **signals)
 
-            # ---- metrics and checkpoints
-            seconds = {"data_seconds": stream.last_seconds, "step_seconds": time.perf_counter() - step_started}
-            record = step_record(batch.step, lr, loss, generator_loss, d, batch, feedback.report(signals, d),
-                                 total_grad_norm, buffer.stats(), seconds)
-            if heldout is not None and (batch.step % cfg.heldout_every == 0 or batch.step == cfg.steps):
-                # the replicas are identical, so rank 0 alone scores; the others' None drops out of the rank mean
-                scoring_started = time.perf_counter()
-                record.update(evaluate_heldout(pair.discriminator, heldout, autocast=autocast) if world.is_main
-                              else dict.fromkeys(HELDOUT_METRICS))
-                # not in step_seconds: a run's wall time is its steps plus these scoring passes
-                record["heldout_seconds"] = time.perf_counter() - scoring_started if world.is_main else None
-            record = world.reduce_record(record)
-            log.write(record)
-            bar.update(1)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", G=f"{record['generator_loss']:.2f}",
-                            D=f"{record['discriminator_loss']:.3f}", refresh=False)
-            if (cfg.checkpoint_every and batch.step % cfg.checkpoint_every == 0) or batch.step == cfg.steps:
+            # ---- metrics and checkpoints; a step that logs nothing reads nothing off the device (--log-every)
+            scores = heldout is not None and (batch.step % cfg.heldout_every == 0 or batch.step == cfg.steps)
+            saves = (cfg.checkpoint_every and batch.step % cfg.checkpoint_every == 0) or batch.step == cfg.steps
+            if scores or saves or batch.step % cfg.log_every == 0:
+                seconds = {"data_seconds": stream.last_seconds, "step_seconds": time.perf_counter() - step_started}
+                record = step_record(batch.step, lr, loss, generator_loss, d, batch, feedback.report(signals, d),
+                                     total_grad_norm, buffer.stats(), seconds)
+                if scores:  # the replicas are identical, so rank 0 alone scores; the others' None drops out
+                    scoring_started = time.perf_counter()
+                    record.update(evaluate_heldout(pair.discriminator, heldout, autocast=autocast) if world.is_main
+                                  else dict.fromkeys(HELDOUT_METRICS))
+                    # not in step_seconds: a run's wall time is its steps plus these scoring passes
+                    record["heldout_seconds"] = time.perf_counter() - scoring_started if world.is_main else None
+                record = world.reduce_record(record)
+                log.write(record)
+                bar.update(batch.step - bar.n)
+                bar.set_postfix(loss=f"{record['loss']:.3f}", G=f"{record['generator_loss']:.2f}",
+                                D=f"{record['discriminator_loss']:.3f}", refresh=False)
+            if saves:
                 save_checkpoint(out_dir / "checkpoints", batch.step, cfg, pair, optimizer, scheduler,
                                 loader.state_dict(), world)
                 if world.is_main:

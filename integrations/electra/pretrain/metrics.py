@@ -177,7 +177,8 @@ def step_record(step: int, lr: float, loss: torch.Tensor, generator_loss: torch.
     record = {
         "step": step, "lr": lr, "loss": loss.item(),
         "generator_loss": generator_loss.item(), "discriminator_loss": d.loss.item(),
-        "generator_accuracy": aux["generator_accuracy"], "changed_fraction_produced": aux["changed_fraction"],
+        "generator_accuracy": float(aux["generator_accuracy"]),
+        "changed_fraction_produced": float(aux["changed_fraction"]),
         **drift_metrics(batch.data, d, ages == 0),
         "grad_total_norm": float(total_grad_norm), "sample_age_mean": float(ages.mean()),
         "example_loss_std": float(d.per_example.detach().std()) if len(d.per_example) > 1 else 0.0,
