@@ -19,6 +19,8 @@ Every table and figure of results/REPRODUCTION.md comes from this one script, in
     python experiments/reproduce_tmr_cpu.py --seeds 0 1 2       # a chunk: the first three paired seeds
     python experiments/reproduce_tmr_cpu.py --stages pretrain   # only pretraining (then finetune, later)
     python experiments/reproduce_tmr_cpu.py --list              # every job and its status; nothing runs
+    python experiments/reproduce_tmr_cpu.py --stages pretrain --arms tmr-fifo-uniform delay-15 delay-31 --seeds 0 1 2
+                                                                # measurement 3: delay line vs window
     python experiments/reproduce_tmr_cpu.py --export            # only (re)write the compact records of finished runs
 
 Stop it at any time (the runs checkpoint every 625 steps and resume exactly); start it again to continue.
@@ -40,8 +42,12 @@ EXTRA_ARMS = ("tmr-lsr", "tmr-linucb")  # the paper's Fig. 4 initializers, when 
 # Ablations: arm name -> (variant, extra flags). Uniform replay keeps TMR's buffer, eviction and weight updates
 # but samples it uniformly (alpha 0): is what helps the replay itself, or the learned importance?
 # With FIFO eviction as well, the buffer is a plain window of recent examples: the weights decide nothing.
+# Measurement 3 (REPRODUCTION.md): a fixed-age delay line, ELECTRA whose discriminator trains on the batch made D
+# steps earlier, against that window: delay-15 has the window's mean age, delay-31 its memory (31 batches of 32).
 ABLATIONS = {"tmr-loss_diff-uniform": ("tmr-loss_diff", ("--alpha", "0")),
-             "tmr-fifo-uniform": ("tmr-loss_diff", ("--alpha", "0", "--eviction", "fifo"))}
+             "tmr-fifo-uniform": ("tmr-loss_diff", ("--alpha", "0", "--eviction", "fifo")),
+             "delay-15": ("electra", ("--delay-steps", "15")),
+             "delay-31": ("electra", ("--delay-steps", "31"))}
 SEEDS = (0, 1, 2, 3, 4)
 STEPS = 5000
 TRAIN_LINES = 16_600  # of python-docs' 18,479 non-blank lines (snapshot v1); the rest is the held-out text

@@ -8,6 +8,8 @@ exist, then:
 - the primary endpoints, fixed before the regenerated runs (REPRODUCTION.md, "Endpoints"): held-out AUC at
   1,250 steps (25%), paired by seed, for three comparisons; mean difference with a paired t 95% CI, the paired
   t-test's p and its Bonferroni adjustment for the three;
+- measurement 3 (REPRODUCTION.md): the delay lines `delay-15` / `delay-31` against the window `tmr-fifo-uniform`,
+  one primary comparison and two secondary ones (Bonferroni among those two);
 - secondary (descriptive) endpoints with the same paired t intervals: held-out AUC and L_D at 25/50/100%, the
   mean AUC over training, the first step at AUC >= 0.6, and the held-out AUC at equal wall time;
 - runtime, drift and GLUE tables; the figure (main comparison in its own panel; arms with fewer than 3 seeds
@@ -39,6 +41,13 @@ PRIMARY_STEP = STEPS // 4
 PRIMARY = (("tmr-loss_diff", "electra", "Does loss-difference replay (TMR) lift held-out AUC early?"),
            ("tmr-fifo-uniform", "electra", "Does a plain window of recent examples (no weights at all) lift it?"),
            ("tmr-loss_diff", "tmr-fifo-uniform", "Do TMR's weights (sampling + eviction) add to a plain window?"))
+# Measurement 3, fixed in REPRODUCTION.md before any delay run: a fixed-age delay line against the mixed-age window.
+# One primary comparison (same mean age 15 and one visit per example; only the mixing differs: H1 predicts > 0),
+# two secondary ones (H2, "age is a curriculum", predicts both > 0), Bonferroni-adjusted among themselves.
+DELAY_PRIMARY = (("tmr-fifo-uniform", "delay-15", "Mixing: does the mixed-age window beat a fixed-age line of its "
+                  "mean age?"),)
+DELAY_SECONDARY = (("delay-31", "delay-15", "Age: does a line of twice the age (the window's memory) do better?"),
+                   ("delay-15", "electra", "Age: does a fixed 15-step age beat ELECTRA's age 0?"))
 MAIN_PAIR = ("electra", "tmr-loss_diff")
 ARM_ORDER = (*ARMS, *EXTRA_ARMS, *ABLATIONS)
 MIN_SEEDS_FOR_BAND = 3
@@ -225,18 +234,42 @@ def runs_present(runs: dict[str, dict[int, RunData]], finetuning: dict) -> list[
     return lines
 
 
-def primary_table(runs: dict[str, dict[int, RunData]]) -> list[str]:
-    lines = ["", f"## Primary endpoints: held-out AUC at {PRIMARY_STEP:,} steps, arm − base on the same seed",
-             "", f"{len(PRIMARY)} primary comparisons, fixed before the runs; mean difference [paired t 95% CI] "
-             "(n pairs, paired t-test p, Bonferroni-adjusted p for the three). Per-seed differences listed.", "",
-             "| question | arm − base | difference | per seed |", "|---|---|---|---|"]
-    for arm, base, question in PRIMARY:
+def comparison_rows(runs: dict[str, dict[int, RunData]], comparisons, kind: str) -> list[str]:
+    """One row per (arm, base, question): held-out AUC at PRIMARY_STEP, arm − base, Bonferroni × the count."""
+    lines = []
+    for arm, base, question in comparisons:
         if arm not in runs or base not in runs:
-            lines.append(f"| {question} | {arm} − {base} | not yet run | |")
+            lines.append(f"| {kind} | {question} | {arm} − {base} | not yet run | |")
             continue
         result = paired(runs[arm], runs[base], auc_at(PRIMARY_STEP))
         per_seed = ", ".join(f"{s}: {d:+.3f}" for s, d in zip(result.seeds, result.diffs))
-        lines.append(f"| {question} | {arm} − {base} | {result.text(adjusted=len(PRIMARY))} | {per_seed} |")
+        lines.append(f"| {kind} | {question} | {arm} − {base} | {result.text(adjusted=len(comparisons))} | "
+                     f"{per_seed} |")
+    return lines
+
+
+COMPARISON_HEADER = ["| endpoint | question | arm − base | difference | per seed |", "|---|---|---|---|---|"]
+
+
+def primary_table(runs: dict[str, dict[int, RunData]]) -> list[str]:
+    return ["", f"## Primary endpoints: held-out AUC at {PRIMARY_STEP:,} steps, arm − base on the same seed",
+            "", f"{len(PRIMARY)} primary comparisons, fixed before the runs; mean difference [paired t 95% CI] "
+            "(n pairs, paired t-test p, Bonferroni-adjusted p for the three). Per-seed differences listed.", "",
+            *COMPARISON_HEADER, *comparison_rows(runs, PRIMARY, "primary")]
+
+
+def delay_table(runs: dict[str, dict[int, RunData]]) -> list[str]:
+    """Measurement 3: the fixed-age delay lines against the mixed-age window (design in REPRODUCTION.md)."""
+    lines = ["", "## Measurement 3: a fixed-age delay line against the mixed-age window", "",
+             f"Held-out AUC at {PRIMARY_STEP:,} steps, arm − base on the same seed, mean [paired t 95% CI]. "
+             f"{len(DELAY_PRIMARY)} primary comparison for this question (no adjustment) and "
+             f"{len(DELAY_SECONDARY)} secondary ones (Bonferroni × {len(DELAY_SECONDARY)}), fixed before the delay "
+             "runs (the main reproduction's three primary comparisons are adjusted in their own table). Mixing (H1) "
+             "predicts the primary > 0; age as a curriculum (H2) predicts it ≈ 0 and both secondary ones > 0.", "",
+             *COMPARISON_HEADER, *comparison_rows(runs, DELAY_PRIMARY, "primary"),
+             *comparison_rows(runs, DELAY_SECONDARY, "secondary")]
+    if "delay-15" in runs:  # first step at AUC >= 0.6, equal wall time, and the rest, against delay-15
+        lines += secondary_table(runs, "delay-15", [arm for arm in ("tmr-fifo-uniform", "delay-31") if arm in runs])
     return lines
 
 
@@ -302,7 +335,8 @@ def tables(runs: dict[str, dict[int, RunData]]) -> list[str]:
               "this step (fresh) and on replayed rows. Weight ESS / N = 1 / (1 + CV²) of the buffer's weights: the "
               "share of the buffer that sampling effectively draws from when P ∝ w (α = 1; the uniform ablations "
               "sample with α = 0, so theirs is 1 whatever the weights). Visits = mean number of times the buffered "
-              "examples have been sampled: what the eviction rule keeps.", "",
+              "examples have been sampled: what the eviction rule keeps. Age = steps since the generator made the "
+              "sampled rows (a delay line's D once its queue is full; its rows are never fresh).", "",
               "| arm | steps | generator change rate | replaced acc. fresh | replaced acc. replayed | "
               "fresh AUC | age of sampled examples | weight ESS / N | visits of buffered examples |",
               "|---|---|---|---|---|---|---|---|---|"]
@@ -410,7 +444,8 @@ def main() -> int:
         header += [f"Held-out set: {heldout.get('examples')} examples from python-docs (snapshot v1) lines "
                    f"{heldout.get('start_line', 16600):,} on, corrupted once by the reference generator "
                    f"(replaced share {heldout.get('replaced_share', float('nan')):.4f}).", ""]
-    body = runs_present(runs, finetuning) + primary_table(runs) + tables(runs) + finetune_tables(glue_scores(finetuning))
+    body = (runs_present(runs, finetuning) + primary_table(runs) + delay_table(runs) + tables(runs)
+            + finetune_tables(glue_scores(finetuning)))
     results.mkdir(parents=True, exist_ok=True)
     (results / "reproduction_tables.md").write_text("\n".join(header + body) + "\n")
     plot(runs, results / "reproduction_curves.png")

@@ -9,6 +9,11 @@ With ``workers=K`` the producer runs in K background threads (or processes) inst
 buffer in item order through a bounded queue while the training loop samples (`workers.OrderedFeed`); a
 `RateLimiter` holds the two sides to a samples-per-insert ratio. Every buffer call then holds ``loader.lock``.
 Without workers a `RateLimiter` sets how many batches each produced batch buys (the loop never waits).
+
+A producer that keeps state between calls (a delay line, an n-step return accumulator) declares it with
+``loader_state_dict()`` / ``load_loader_state_dict(state)``; the loader saves and restores that state with its
+own, so a resumed run continues exactly. Such a producer runs inline (``workers=0``): in workers its state
+would run ahead of the buffer's.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from .buffer import ReplayBuffer, Sample
 from .deferred import DeferredFeedback
 from .locked import LockedBuffer
 from .rate_limiter import LimiterConfigError, RateLimiter, RateLimitTimeout, credit_limiter
-from .state_checks import field, integer, number
+from .state_checks import InvalidState, field, integer, number
 from .workers import OrderedFeed, ProducerPool
 
 
@@ -88,6 +93,10 @@ class ReplayDataLoader:
         if not 0 <= min_size <= buffer.capacity:
             raise ValueError(f"min_size must lie in [0, {buffer.capacity}], got {min_size!r}")
         _check_workers(workers, worker_kind, queue_size, rate_limiter, min_size, timeout, batch_size)
+        if workers and is_stateful_producer(producer):
+            raise ValueError(f"workers={workers!r} with a stateful producer ({type(producer).__name__} has "
+                             "loader_state_dict): its state is checkpointed with the loader, so it runs inline "
+                             "(workers=0)")
         self.producer = producer
         self.buffer = buffer
         self.shared = LockedBuffer(buffer)
@@ -297,6 +306,8 @@ class ReplayDataLoader:
                      "buffer": self.buffer.state_dict()}
             if self.rate_limiter is not None:
                 state["rate_limiter"] = self.rate_limiter.state_dict()
+            if is_stateful_producer(self.producer):
+                state["producer"] = self.producer.loader_state_dict()
             if self.source is not None and hasattr(self.source, "state_dict"):
                 next_index = self.step - self._pass_index0
                 if self._pace is not None and next_index in self._source_states:
@@ -309,21 +320,32 @@ class ReplayDataLoader:
         """Restore the buffer and the position; a source without state_dict is fast-forwarded on next iter.
 
         All or nothing: the loader's own values are checked first, and if the buffer refuses its state, a source
-        that was already restored gets its previous state back."""
+        and a stateful producer that were already restored get their previous states back. A stateful producer
+        needs its state in ``state`` and a plain one must find none there (it would be lost)."""
         if self._pace is not None:
             raise RuntimeError("load_state_dict while a background pass runs; finish or break out of it first")
         step, credit, limiter, buffer_state = checked_position(state, self.rate_limiter)
         consumed = integer(state, "consumed", "loader state", 0)
+        stateful = is_stateful_producer(self.producer)
+        if stateful != ("producer" in state):
+            raise InvalidState(f"loader state: the producer {type(self.producer).__name__} "
+                             + ("keeps state (loader_state_dict) but the state has none for it" if stateful else
+                                "keeps no state (no load_loader_state_dict) but the state holds a producer state"))
+        previous_producer = self.producer.loader_state_dict() if stateful else None
+        if stateful:
+            self.producer.load_loader_state_dict(state["producer"])  # checks its state: all or nothing
         restores_source = "source" in state and hasattr(self.source, "load_state_dict")
         previous_source = None
-        if restores_source:
-            previous_source = self.source.state_dict() if hasattr(self.source, "state_dict") else None
-            self.source.load_state_dict(state["source"])
         try:
+            if restores_source:
+                previous_source = self.source.state_dict() if hasattr(self.source, "state_dict") else None
+                self.source.load_state_dict(state["source"])
             self.buffer.load_state_dict(buffer_state)
         except Exception:
             if previous_source is not None:
                 self.source.load_state_dict(previous_source)
+            if previous_producer is not None:
+                self.producer.load_loader_state_dict(previous_producer)
             raise
         self.step, self.consumed, self._credit = step, consumed, credit
         if limiter is not None:
@@ -358,6 +380,13 @@ def checked_position(state: Mapping, rate_limiter: RateLimiter | None) -> tuple[
     if rate_limiter is not None and "rate_limiter" in state:
         limiter = rate_limiter.checked_state(state["rate_limiter"])
     return step, credit, limiter, field(state, "buffer", where)
+
+
+def is_stateful_producer(producer: Any) -> bool:
+    """Whether the loader checkpoints ``producer``'s state (see the module docstring). Names of their own, not
+    ``state_dict``: a torch module used as a producer must not put its weights into the loader's state."""
+    return callable(getattr(producer, "loader_state_dict", None)) and \
+        callable(getattr(producer, "load_loader_state_dict", None))
 
 
 def _split(produced: Any) -> tuple[Mapping, Any]:

@@ -16,7 +16,8 @@ def test_every_driver_starts_from_another_directory(tmp_path):
     (the summaries would write into results/ otherwise)."""
     commands = {
         "regime_search.py": ["--list", "--out", str(tmp_path / "regime")],
-        "reproduce_tmr_cpu.py": ["--list", "--out", str(tmp_path / "reproduce")],
+        "reproduce_tmr_cpu.py": ["--list", "--out", str(tmp_path / "reproduce"), "--arms", "electra", "tmr-fifo-uniform",
+                                 "delay-15", "delay-31"],
         "regime_search_summary.py": ["--help"],
         "reproduce_tmr_summary.py": ["--help"],
         "prioritized_glue_summary.py": ["--help"],
@@ -40,6 +41,10 @@ def test_every_driver_starts_from_another_directory(tmp_path):
         outputs[name] = stdout
     assert f"--output-dir {tmp_path / 'regime' / 'docs-5k'}" in outputs["regime_search.py"]  # --out is honoured
     assert f"--output-dir {tmp_path / 'reproduce' / 'pretrain' / 'reference'}" in outputs["reproduce_tmr_cpu.py"]
+    for delay in (15, 31):  # measurement 3's arms: electra behind a delay line
+        assert (f"delay-{delay}-seed4: --no-progress --variant electra --seed 4 " in outputs["reproduce_tmr_cpu.py"]
+                and f"--delay-steps {delay} --output-dir {tmp_path / 'reproduce' / 'pretrain' / f'delay-{delay}-seed4'}"
+                in outputs["reproduce_tmr_cpu.py"])
     assert "| run |" in outputs["probe_discriminator_summary.py"]
     for name in ("regime_search_summary.py", "reproduce_tmr_summary.py", "prioritized_glue_summary.py",
                  "heldout_auc.py", "noisy_sst2.py", "noisy_sst2_summary.py", "noisy_sst2_irreducible.py"):

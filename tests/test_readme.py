@@ -23,6 +23,13 @@ def test_background_producers_example_runs(capsys):
     assert abs(float(ratio) - 4.0 * (4000 - 64) / 4000) <= 64 / 4000 + 1e-9  # within the error buffer
 
 
+def test_stateful_producer_example_runs(capsys):
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"### Stateful producers.*?```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(block, "README stateful producers", "exec"), {})  # the block asserts the exact resume
+    assert capsys.readouterr().out.strip() == "[0, 1, 3] [6, 9, 12, 15, 18]"
+
+
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     command = re.search(r"Run the tests:\s+(.+)", readme).group(1).strip()

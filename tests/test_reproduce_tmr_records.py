@@ -146,3 +146,28 @@ def test_figure_draws_small_arms_per_seed_and_clips_bands_to_the_metric_range(tm
     _, _, _, low, high = summary.band(runs["electra"], "heldout_auc")
     assert high.max() > 1.0 and y.max() <= 1.0 and y.min() >= 0.0  # the raw band leaves [0, 1]; the drawn one not
     plt.close(fig)
+
+
+def test_delay_table_pairs_the_window_with_the_delay_lines_as_designed(tmp_path):
+    """Measurement 3: tmr-fifo-uniform − delay-15 is the one primary comparison (unadjusted); delay-31 − delay-15
+    and delay-15 − electra the two secondary ones (Bonferroni × 2); differences of the AUCs at 1,250 by seed."""
+    out, results = tmp_path / "runs", tmp_path / "records"
+    for seed in range(3):
+        fake_run(out, f"electra-seed{seed}", seed, 0.0)
+        fake_run(out, f"delay-15-seed{seed}", seed + 30, 0.02)
+        fake_run(out, f"tmr-fifo-uniform-seed{seed}", seed + 20, 0.05)
+    fake_run(out, "delay-31-seed1", 41, 0.03)
+    export_finished(out, results)
+    runs = load_runs(results)
+    text = "\n".join(summary.delay_table(runs))
+    rows = {line.split(" | ")[2]: line for line in text.splitlines() if line.startswith("| primary")
+            or line.startswith("| secondary")}
+    assert list(rows) == ["tmr-fifo-uniform − delay-15", "delay-31 − delay-15", "delay-15 − electra"]
+    at = summary.PRIMARY_STEP
+    diffs = [runs["tmr-fifo-uniform"][s].heldout_at("heldout_auc", at) - runs["delay-15"][s].heldout_at("heldout_auc", at)
+             for s in range(3)]
+    assert f"{np.mean(diffs):+.3f} [" in rows["tmr-fifo-uniform − delay-15"]
+    assert "(n=3, p=" in rows["tmr-fifo-uniform − delay-15"] and "Bonferroni" not in rows["tmr-fifo-uniform − delay-15"]
+    assert "Bonferroni ×2" in rows["delay-15 − electra"] and "(n=1, no CI)" in rows["delay-31 − delay-15"]
+    assert "## Secondary: arm − delay-15" in text and "| tmr-fifo-uniform |" in text
+    assert "not yet run" in "\n".join(summary.delay_table({"electra": runs["electra"]}))

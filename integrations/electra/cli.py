@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OptionParser(prog="electra_tmr", description="ELECTRA and TMR (memory replay) pretraining on "
                           "replayloader. With no arguments: compare ELECTRA and TMR(loss_diff) on a tiny model.")
     sub = parser.add_subparsers(dest="command", parser_class=OptionParser)
-    compare = add_command(sub, "compare", [OptionSet(PretrainConfig, skip=("variant", "resume", "output_dir")),
+    compare = add_command(sub, "compare", [OptionSet(PretrainConfig, skip=("variant", "resume", "output_dir", "delay_steps")),
                                            CompareOptions, *_compare_finetune_sets(), ProcessOptions],
                           help="pretrain several variants on the same data and steps, fine-tune, and write a "
                                "side-by-side summary (the default)")

@@ -98,3 +98,66 @@ def test_state_dict_is_a_snapshot_not_a_view():
     frozen = copy.deepcopy(state)
     run(buf, 3, 3)
     assert_state_equal(state, frozen)
+
+
+class RunningTotal:
+    """A stateful producer: each batch carries the running total of everything produced before it."""
+
+    def __init__(self) -> None:
+        self.total = 0
+
+    def __call__(self, x):
+        out = {"input_ids": x, "before": np.full(len(x), self.total)}
+        self.total += int(x.sum())
+        return out
+
+    def loader_state_dict(self) -> dict:
+        return {"total": self.total}
+
+    def load_loader_state_dict(self, state: dict) -> None:
+        if not isinstance(state.get("total"), int):
+            raise ValueError(f"total must be an int, got {state.get('total')!r}")
+        self.total = state["total"]
+
+
+def stateful_loader(producer, capacity: int = 32) -> ReplayDataLoader:
+    rng = np.random.default_rng(7)
+    source = [rng.integers(0, 50, (8, 4)) for _ in range(10)]
+    return ReplayDataLoader(producer, ReplayBuffer(capacity, seed=3), batch_size=8, source=source)
+
+
+def test_a_stateful_producer_is_saved_with_the_loader_and_resumes_exactly(tmp_path):
+    straight = stateful_loader(RunningTotal())
+    batches = iter(straight)
+    [next(batches) for _ in range(4)]
+    save_state(straight.state_dict(), tmp_path / "loader.npz")
+    rest = [b.data["before"].copy() for b in batches]
+    resumed = stateful_loader(RunningTotal())
+    resumed.load_state_dict(load_state(tmp_path / "loader.npz"))
+    again = [b.data["before"].copy() for b in resumed]
+    assert len(rest) == 6 and rest[0][0] > 0  # the total carried over the resume, not restarted at 0
+    for a, b in zip(rest, again):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_stateful_producer_state_is_all_or_nothing_and_must_match():
+    loader = stateful_loader(RunningTotal())
+    batches = iter(loader)
+    [next(batches) for _ in range(2)]
+    state = loader.state_dict()
+    other = stateful_loader(RunningTotal(), capacity=16)
+    other.producer.total = 5
+    before = other.state_dict()
+    with pytest.raises(ValueError, match="capacity"):  # the buffer refuses: the producer gets its state back
+        other.load_state_dict(state)
+    assert other.producer.total == 5
+    assert_state_equal(other.state_dict(), before)
+    with pytest.raises(ValueError, match="total must be an int"):
+        stateful_loader(RunningTotal()).load_state_dict({**state, "producer": {"total": "3"}})
+    plain = stateful_loader(lambda x: {"input_ids": x, "before": x[:, 0]})
+    with pytest.raises(ValueError, match="keeps no state"):
+        plain.load_state_dict(state)
+    with pytest.raises(ValueError, match="has none for it"):
+        stateful_loader(RunningTotal()).load_state_dict(plain.state_dict())
+    with pytest.raises(ValueError, match="runs inline"):
+        ReplayDataLoader(RunningTotal(), ReplayBuffer(32), batch_size=8, steps=3, workers=1)

@@ -79,6 +79,10 @@ class PretrainConfig:
     eviction: str | None = option(None, "replace a tmr variant's eviction, for ablations: lowest (drop the lowest "
                                         "weight, the paper's) or fifo (drop the oldest example) (default: the "
                                         "variant's own; none undoes a saved one on --resume)", BUFFER)
+    delay_steps: int = option(0, "electra only: the discriminator trains at step t on exactly the batch the generator "
+                                 "corrupted at step t-D (each once; while the queue fills, on the first batch at ages "
+                                 "0..D-1), with the current step's generator loss: a fixed-age control for TMR's "
+                                 "mixed-age window (0: ELECTRA itself)", BUFFER)
     grad_norm_method: str = option("ghost", "tmr-grad_norm: ghost (hooks inside the training backward) or loop "
                                             "(B extra passes)", BUFFER)
     corpus: str = option("python-docs", "python-docs (embedded), text files/dirs/globs (.txt, .gz, NLTK .zip; "
@@ -153,6 +157,10 @@ class PretrainConfig:
              f"--eviction must be one of {', '.join(EVICTIONS)}, got {out.eviction!r}"),
             (out.eviction is None or out.variant != "electra", "--eviction applies to a tmr variant's buffer; "
                                                                "electra replays nothing"),
+            (type(out.delay_steps) is int and out.delay_steps >= 0,
+             f"--delay-steps must be an integer >= 0, got {out.delay_steps!r}"),
+            (out.delay_steps == 0 or out.variant == "electra",
+             f"--delay-steps is the electra variant's control; {out.variant} replays its own buffer"),
             (0 <= out.dropout < 1, f"--dropout must be in [0, 1), got {out.dropout}"),
             (out.grad_norm_method in ("ghost", "loop"), f"--grad-norm-method must be ghost or loop, "
                                                         f"got {out.grad_norm_method!r}"),
@@ -233,4 +241,7 @@ def resume_config(path: str, **overrides) -> PretrainConfig:
     if unknown:
         raise UserError(f"unknown option(s) {', '.join(unknown)}")
     base = _from_saved(saved)
+    if overrides.get("delay_steps", base.delay_steps) != base.delay_steps:
+        raise UserError(f"--delay-steps {overrides['delay_steps']} on --resume: the run was started with "
+                        f"--delay-steps {base.delay_steps}, and its checkpoint holds that delay line's queue")
     return replace(base, **{"output_dir": str(checkpoint.run_dir), **overrides}, resume=str(checkpoint.path))

@@ -35,6 +35,7 @@ from .checkpoint import (Checkpoint, check_same_run, choose_checkpoint, export_p
                          prune_checkpoints, save_checkpoint)
 from .config import PretrainConfig, buffer_strategy, model_preset
 from .corruption import CorruptionProducer, SpecialIds
+from .delay import delayed
 from .distributed import make_world
 from .feedback import make_feedback
 from .heldout import HELDOUT_METRICS, HeldoutSet, evaluate_heldout
@@ -128,8 +129,8 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
     # ---- the memory buffer between generator and discriminator, and what goes back into it
     buffer = ReplayBuffer(buffer_size, alpha=cfg.alpha, beta=cfg.beta, strategy=buffer_strategy(cfg),
                           seed=buffer_seed)
-    producer = CorruptionProducer(generator, special, cfg.mask_prob, cfg.mask_token_prob, autocast,
-                                  cfg.replacements)
+    producer = delayed(CorruptionProducer(generator, special, cfg.mask_prob, cfg.mask_token_prob, autocast,
+                                          cfg.replacements), cfg.delay_steps)  # --delay-steps: see delay.py
     loader = ReplayDataLoader(producer, buffer, batch_size=batch_size, source=stream, steps=cfg.steps,
                               defer_feedback=cfg.defer_feedback)
 

@@ -172,14 +172,15 @@ def step_record(step: int, lr: float, loss: torch.Tensor, generator_loss: torch.
     """Everything logged for one step: losses, the produced and the sampled batch, the buffer, timings, and what
     the run's feedback reports (`feedback.LossFeedback.report`)."""
     aux = batch.aux
+    ages = batch.ages + aux.get("delay_age", 0)  # steps since the generator made each row (`delay.DelayLine`)
     bound = grad_bound_sigmoid(d.logits.detach(), d.labels, d.mask)  # K&F bound, for every variant's log
     record = {
         "step": step, "lr": lr, "loss": loss.item(),
         "generator_loss": generator_loss.item(), "discriminator_loss": d.loss.item(),
         "generator_accuracy": float(aux["generator_accuracy"]),
         "changed_fraction_produced": float(aux["changed_fraction"]),
-        **drift_metrics(batch.data, d, batch.ages == 0),
-        "grad_total_norm": float(total_grad_norm), "sample_age_mean": float(batch.ages.mean()),
+        **drift_metrics(batch.data, d, ages == 0),
+        "grad_total_norm": float(total_grad_norm), "sample_age_mean": float(ages.mean()),
         "example_loss_std": float(d.per_example.detach().std()) if len(d.per_example) > 1 else 0.0,
         "example_bound_mean": float(bound.mean()),
         "buffer_size": buffer_stats["size"], "buffer_weight_mean": buffer_stats.get("weight_mean"),
