@@ -15,6 +15,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from replayloader.distributed import state_digest, verify_identical
+
 ROOT = Path(__file__).resolve().parents[2]
 
 HF_EXAMPLES = 80
@@ -179,7 +181,7 @@ def core(out: Path) -> dict:
 def ragged() -> dict:
     """Ranks feeding back different amounts: rank 1 sends the whole global batch as plain indices (longer than a
     gathered row: the wider second gather), then nothing (``update(None)``) while rank 0 sends its share."""
-    from replayloader.distributed import DistributedPrioritizedSampler, state_digest
+    from replayloader.distributed import DistributedPrioritizedSampler
     from tests.distributed import scenario as sc
 
     rank = dist.get_rank()
@@ -207,7 +209,7 @@ def error_of(action) -> str | None:
 def bad_input(out: Path) -> dict:
     """Every rank reports what each bad call raised on it (None: nothing raised)."""
     from replayloader.distributed import DistributedPrioritizedSampler as Shared
-    from replayloader.distributed import save_shared_state, state_digest
+    from replayloader.distributed import save_shared_state
     from tests.distributed import scenario as sc
 
     rank = dist.get_rank()
@@ -244,7 +246,77 @@ def ensure_group() -> None:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 
 
-JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": lightning}
+# ----------------------------------------------------------------------------- score-then-select across ranks
+def select(out: Path) -> dict:
+    """`DistributedScoreThenSelect` with each rule over the warm-up and three epochs; the DataLoader recipe
+    (`CandidateBatchSampler`) with a checkpoint after `SAVE_AT` steps, resumed on 2 ranks; bad input."""
+    from replayloader.distributed import DistributedPrioritizedSampler, load_shared_state, save_shared_state
+    from replayloader.distributed_select import DistributedScoreThenSelect
+    from replayloader.torch_select import CandidateBatchSampler
+    from tests.distributed import scenario as sc
+    from tests.distributed import select_scenario as ss
+
+    ensure_group()
+    report = {}
+    for rule in ss.RULES:
+        chooser = DistributedScoreThenSelect(DistributedPrioritizedSampler(ss.make_sampler()), ss.make_selector(rule))
+        records = ss.drive(chooser, ss.STEPS)
+        report[rule] = {"records": records, "verified": verify_identical(chooser.state_dict()),
+                        "sampler": state_digest(chooser.sampler.state_dict()),
+                        "rng": chooser.selector.rng_state.tolist(),
+                        "memory": {k: np.asarray(v).tolist() for k, v in chooser.selector.rule.state_dict().items()},
+                        "counters": chooser.counters}
+
+    def candidate_batches() -> CandidateBatchSampler:
+        return CandidateBatchSampler(DistributedPrioritizedSampler(ss.make_sampler()), ss.make_selector("top_k"))
+
+    batches = candidate_batches()
+
+    def save(count: int) -> None:
+        if count == ss.SAVE_AT:
+            save_shared_state(batches.state_dict(), out / "select.npz")
+
+    report["loader"] = sc.run_loader(ss.loader(batches), batches, ss.TOTAL, ss.loader_step, save)
+    report["loader_sampler"] = state_digest(batches.sampler.state_dict())
+    resumed = candidate_batches()
+    resumed.load_state_dict(load_shared_state(out / "select.npz"))
+    report["loader_resumed"] = sc.run_loader(ss.loader(resumed), resumed, ss.TOTAL - ss.SAVE_AT, ss.loader_step)
+    report["loader_resumed_sampler"] = state_digest(resumed.sampler.state_dict())
+    report["errors"] = select_bad_input()
+    return report
+
+
+def select_bad_input() -> dict:
+    """Every rank reports what each bad call raised on it (None: nothing raised) and whether state changed."""
+    from replayloader.distributed import DistributedPrioritizedSampler as Shared
+    from replayloader.distributed_select import DistributedScoreThenSelect as Chooser
+    from tests.distributed import select_scenario as ss
+
+    rank = dist.get_rank()
+    errors = {
+        "k_not_divisible": error_of(lambda: Chooser(Shared(ss.make_sampler()), ss.make_selector("top_k", k=3))),
+        "k_too_large": error_of(lambda: Chooser(Shared(ss.make_sampler()), ss.make_selector("top_k", k=10))),
+        "seed": error_of(lambda: Chooser(Shared(ss.make_sampler()), ss.make_selector("top_k", seed=rank))),
+        "not_distributed": error_of(lambda: Chooser(ss.make_sampler(), ss.make_selector("top_k"))),
+    }
+    chooser = Chooser(Shared(ss.make_sampler()), ss.make_selector("selective_backprop"))
+    candidates = chooser.next_candidates()
+    scores = ss.score_of(candidates.indices, candidates.epoch)
+    before = state_digest(chooser.state_dict())
+    calls = {"shape_on_rank_1": np.ones(len(scores) + rank),
+             "nan_on_rank_0": np.where(np.arange(len(scores)) == 1, np.nan if rank == 0 else 0.0, scores)}
+    for name, losses in calls.items():
+        errors[name] = error_of(lambda: chooser.choose(candidates, losses))
+        errors[name + "_unchanged"] = state_digest(chooser.state_dict()) == before
+    errors["plain_batch"] = error_of(lambda: chooser.choose(candidates.whole, scores))
+    errors["good_after_rejection"] = error_of(lambda: chooser.choose(candidates, scores))
+    if rank == 1:
+        chooser.next_candidates()  # rank 1 runs ahead by one draw
+    errors["diverged"] = error_of(lambda: chooser.choose(candidates, scores))
+    return errors
+
+
+JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": lightning, "select": select}
 
 
 def main() -> None:
