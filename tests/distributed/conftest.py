@@ -34,10 +34,10 @@ def one_process(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def torchrun_reports(one_process) -> list[dict]:
-    """One torchrun launch: the README example, the sampler's checks, score-then-select and the Hugging Face
-    Trainer."""
+    """One torchrun launch: the README example, the sampler's checks, score-then-select, the uninterrupted run
+    of the kill test and the Hugging Face Trainer."""
     optional = ["hf_trainer"] if importlib.util.find_spec("transformers") is not None else []  # else it skips
-    return torchrun(one_process["out"], ["readme", "core", "select", *optional])
+    return torchrun(one_process["out"], ["readme", "core", "select", "kill_steady", *optional])
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -316,7 +317,49 @@ def select_bad_input() -> dict:
     return errors
 
 
-JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": lightning, "select": select}
+# ----------------------------------------------------------------------------- a rank that dies, and the resume
+KILL_TOTAL, KILL_EVERY, KILL_AT = 24, 5, 13  # save every 5 steps; rank 1 dies at step 13 (last file: step 10)
+
+
+def kill_run(out: Path, resume: bool = False, die: bool = False) -> dict:
+    """A DataLoader loop (1 worker, 2 batches prefetched) over `DistributedPrioritizedSampler` that saves the
+    shared state every `KILL_EVERY` steps to ``out/kill_state.npz``. ``die``: rank 1 SIGKILLs itself at step
+    `KILL_AT` before its update, while rank 0 waits for it in the update's all-gather. ``resume``: start from
+    the last state file. Returns the steps run (from ``start``) and the final sampler digest."""
+    import signal
+
+    from replayloader import PrioritizedBatchSampler
+    from replayloader.distributed import DistributedPrioritizedSampler, load_shared_state, save_shared_state
+    from tests.distributed import scenario as sc
+
+    ensure_group()
+    batches = PrioritizedBatchSampler(DistributedPrioritizedSampler(sc.make_sampler()))
+    start = 0
+    if resume:
+        state = load_shared_state(out / "kill_state.npz")
+        batches.load_state_dict(state["loader"])
+        start = int(state["trained"])
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(sc.N)), batch_sampler=batches,
+                                         num_workers=1, prefetch_factor=2)
+
+    def step(batches, info, batch) -> dict:
+        assert batch[0].tolist() == info.indices.tolist()
+        if die and dist.get_rank() == 1 and info.step + 1 == KILL_AT:  # info.step counts from 0
+            (out / "killed_at").write_text(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return sc.feed_back(batches, info)
+
+    def save(count: int) -> None:
+        if (start + count) % KILL_EVERY == 0:
+            save_shared_state({"loader": batches.state_dict(), "trained": start + count}, out / "kill_state.npz")
+
+    records = sc.run_loader(loader, batches, KILL_TOTAL - start, step, save)
+    return {"start": start, "records": records, "sampler": state_digest(batches.sampler.state_dict())}
+
+
+JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": lightning, "select": select,
+        "kill_steady": kill_run, "kill_die": lambda out: kill_run(out, die=True),
+        "kill_resume": lambda out: kill_run(out, resume=True)}
 
 
 def main() -> None:
