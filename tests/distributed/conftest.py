@@ -36,7 +36,8 @@ def one_process(tmp_path_factory) -> dict:
 def torchrun_reports(one_process) -> list[dict]:
     """One torchrun launch: the README example, the sampler's checks, score-then-select, the uninterrupted run
     of the kill test and the Hugging Face Trainer."""
-    optional = ["hf_trainer"] if importlib.util.find_spec("transformers") is not None else []  # else it skips
+    transformers = importlib.util.find_spec("transformers") is not None
+    optional = ["hf_trainer", "hf_select"] if transformers else []  # else their tests skip
     return torchrun(one_process["out"], ["readme", "core", "select", "kill_steady", *optional])
 
 

@@ -41,32 +41,43 @@ class IndexedTexts(torch.utils.data.Dataset):
                 "index": torch.tensor(i)}
 
 
-def hf_trainer(out: Path) -> dict:
-    """`PrioritizedTrainer` for 2 epochs (the warm-up pass, then a prioritized one). Per step: the dataset indices
-    of the batch the rank trained on, and the indices its feedback was given for; at the end the weights."""
+def tiny_bert(out: Path) -> tuple:
+    """The tiny BERT classifier and the TrainingArguments (2 epochs, gloo on CPU) of the Trainer jobs."""
     from transformers import BertConfig, BertForSequenceClassification, TrainingArguments
 
-    from replayloader import PrioritizedSampler
-    from replayloader.hf_trainer import PrioritizedTrainer
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16, num_labels=2)
+    args = TrainingArguments(output_dir=str(out / "hf"), num_train_epochs=2, learning_rate=1e-3, use_cpu=True,
+                             report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                             ddp_backend="gloo", seed=0)
+    return BertForSequenceClassification(config), args
 
-    seen: list[list[int]] = []
-    fed: list[list[int]] = []
 
-    class ObservedTrainer(PrioritizedTrainer):
+def observed(trainer_class: type, seen: list) -> type:
+    """``trainer_class`` recording the dataset indices of each batch it receives (the ``index`` column)."""
+
+    class Observed(trainer_class):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             inputs = dict(inputs)
             seen.append(inputs.pop("index").tolist())
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=16, num_labels=2)
-    model = BertForSequenceClassification(config)
-    args = TrainingArguments(output_dir=str(out / "hf"), num_train_epochs=2, learning_rate=1e-3, use_cpu=True,
-                             report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
-                             ddp_backend="gloo", seed=0)
+    return Observed
+
+
+def hf_trainer(out: Path) -> dict:
+    """`PrioritizedTrainer` for 2 epochs (the warm-up pass, then a prioritized one). Per step: the dataset indices
+    of the batch the rank trained on, and the indices its feedback was given for; at the end the weights."""
+    from replayloader import PrioritizedSampler
+    from replayloader.hf_trainer import PrioritizedTrainer
+
+    seen: list[list[int]] = []
+    fed: list[list[int]] = []
+    model, args = tiny_bert(out)
     sampler = PrioritizedSampler(HF_EXAMPLES, batch_size=HF_BATCH, beta=0.5, uniform_fraction=0.1, seed=0)
-    trainer = ObservedTrainer(model=model, args=args, train_dataset=IndexedTexts(HF_EXAMPLES), sampler=sampler)
+    trainer = observed(PrioritizedTrainer, seen)(model=model, args=args, train_dataset=IndexedTexts(HF_EXAMPLES),
+                                                 sampler=sampler)
     update = trainer.batch_sampler.update
 
     def observed_update(batch, **feedback):
@@ -76,6 +87,34 @@ def hf_trainer(out: Path) -> dict:
     trainer.batch_sampler.update = observed_update
     trainer.train()
     return {"seen": seen, "fed": fed, "weights": sampler.weights.tolist(), "visits": sampler.visits.tolist()}
+
+
+def hf_select(out: Path) -> dict:
+    """`SelectingTrainer` for 2 epochs: n_B = 8 candidates (4 per rank), n_b = 4 chosen (2 per rank). Per step:
+    the candidates the rank received, the candidates it scored and the rows it chose; the shared state's digest."""
+    from replayloader import PrioritizedSampler
+    from replayloader.hf_trainer import SelectingTrainer
+    from replayloader.selection import Selector, TopK
+
+    seen: list[list[int]] = []
+    scored: list[list[int]] = []
+    chosen: list[list[int]] = []
+    model, args = tiny_bert(out)
+    sampler = PrioritizedSampler(HF_EXAMPLES, batch_size=HF_BATCH, beta=0.5, uniform_fraction=0.1, seed=0)
+    trainer = observed(SelectingTrainer, seen)(model=model, args=args, train_dataset=IndexedTexts(HF_EXAMPLES),
+                                               sampler=sampler, selector=Selector(TopK(HF_BATCH // 2), seed=0))
+    choose = trainer.batch_sampler.choose
+
+    def observed_choose(candidates, losses):
+        selection = choose(candidates, losses)
+        scored.append(candidates.indices.tolist())
+        chosen.append(selection.indices.tolist())
+        return selection
+
+    trainer.batch_sampler.choose = observed_choose
+    trainer.train()
+    return {"seen": seen, "scored": scored, "chosen": chosen,
+            "state": verify_identical(trainer.batch_sampler.select.state_dict())}
 
 
 # ----------------------------------------------------------------------------- Lightning
@@ -358,7 +397,7 @@ def kill_run(out: Path, resume: bool = False, die: bool = False) -> dict:
 
 
 JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": lightning, "select": select,
-        "kill_steady": kill_run, "kill_die": lambda out: kill_run(out, die=True),
+        "hf_select": hf_select, "kill_steady": kill_run, "kill_die": lambda out: kill_run(out, die=True),
         "kill_resume": lambda out: kill_run(out, resume=True)}
 
 
