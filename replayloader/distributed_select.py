@@ -62,6 +62,7 @@ class DistributedScoreThenSelect:
             raise ValueError(f"the Selector differs across ranks (rule, score, irreducible losses or generator "
                              f"state: {', '.join(f'rank {r}: {p[:12]}' for r, p in enumerate(prints))}); build "
                              f"the same selector with the same seed on every rank (seed=None gives each its own)")
+        self.row_width = _HEADER + sampler.local_batch_size  # int64 words each rank sends per step
         self.counters = {"score_gathers": 0, "gathered_bytes": 0}
 
     def _check_sizes(self) -> None:
@@ -87,7 +88,7 @@ class DistributedScoreThenSelect:
         raises on every rank and changes nothing anywhere; ranks that drew different batches raise too.
         """
         self.shared.settle()
-        row = np.zeros(_HEADER + self.shared.local_batch_size, np.int64)
+        row = np.zeros(self.row_width, np.int64)
         row[3:_HEADER] = self.shared.step_words()
         try:
             scores = self._local_losses(candidates, losses)
