@@ -38,7 +38,7 @@ def torchrun_reports(one_process) -> list[dict]:
     of the kill test and the Hugging Face Trainer."""
     transformers = importlib.util.find_spec("transformers") is not None
     optional = ["hf_trainer", "hf_select"] if transformers else []  # else their tests skip
-    return torchrun(one_process["out"], ["readme", "core", "select", "kill_steady", *optional])
+    return torchrun(one_process["out"], ["readme", "core", "select", "readme_select", "kill_steady", *optional])
 
 
 @pytest.fixture(scope="session")

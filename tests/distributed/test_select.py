@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from replayloader import PrioritizedSampler
 from replayloader.distributed import load_shared_state, state_digest
+from replayloader.selection import Selector, TopK
 from replayloader.torch_select import CandidateBatchSampler
 
 from . import scenario as sc
@@ -51,7 +53,7 @@ def test_the_dataloader_recipe_on_two_ranks_equals_one_process_with_the_same_pre
 
 
 def test_the_dataloader_recipe_resumes_from_one_file_on_two_ranks(torchrun_reports, one_process):
-    assert sorted(p.name for p in one_process["out"].glob("select*")) == ["select.npz"]
+    assert sorted(p.name for p in one_process["out"].glob("select_loader*")) == ["select_loader.npz"]
     for run, resumed in zip(ranks(torchrun_reports, "loader"), ranks(torchrun_reports, "loader_resumed")):
         assert resumed == run[ss.SAVE_AT:]
     assert ranks(torchrun_reports, "loader_resumed_sampler") == ranks(torchrun_reports, "loader_sampler")
@@ -60,7 +62,7 @@ def test_the_dataloader_recipe_resumes_from_one_file_on_two_ranks(torchrun_repor
 def test_the_two_rank_file_resumes_in_one_process(torchrun_reports, one_process):
     """Sampler, prefetched candidate batches and selector carry over; from then on one slice (the whole batch)."""
     batches = CandidateBatchSampler(ss.make_sampler(), ss.make_selector("top_k"))
-    batches.load_state_dict(load_shared_state(one_process["out"] / "select.npz"))
+    batches.load_state_dict(load_shared_state(one_process["out"] / "select_loader.npz"))
     resumed = sc.run_loader(ss.loader(batches), batches, ss.TOTAL - ss.SAVE_AT, ss.loader_step)
     reference = ss.Reference("top_k", world_at=lambda count: 2 if count < ss.SAVE_AT else 1)
     assert resumed == reference.train(ss.TOTAL)[0][ss.SAVE_AT:]
@@ -88,3 +90,15 @@ def test_losses_of_the_wrong_shape_on_one_rank_are_refused_on_both_and_change_no
     for errors in (rank0, rank1):
         assert errors["shape_on_rank_1_unchanged"] and errors["nan_on_rank_0_unchanged"]
         assert errors["good_after_rejection"] is None
+
+
+def test_the_readme_example_keeps_both_ranks_identical_and_its_file_loads_in_one_process(torchrun_reports,
+                                                                                           one_process):
+    rank0, rank1 = (report["readme_select"] for report in torchrun_reports)
+    assert rank0 == rank1 and rank0["epoch"] == 3  # weights, DDP parameters and selector counters
+    steps = 3 * -(-1000 // 320)
+    assert rank0["stats"]["batches"] == steps and rank0["stats"]["selected"] == steps * 32
+    sampler = PrioritizedSampler(1000, batch_size=320, seed=0)
+    selector = Selector(TopK(32), seed=0)
+    CandidateBatchSampler(sampler, selector).load_state_dict(load_shared_state(one_process["out"] / "select.npz"))
+    assert np.array_equal(sampler.weights, rank0["weights"]) and selector.stats() == rank0["stats"]
