@@ -79,6 +79,17 @@ def timed(action) -> tuple[object, float]:
     return result, time.perf_counter() - started
 
 
+def finish_on_ranks(name: str, rows: list[dict]) -> None:
+    """Rank 0 records and prints the rows of the 2-rank measurement ``name``; then every rank leaves the group."""
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        record(name, f"python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py {name}", rows)
+        print(json.dumps(rows, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 # ----------------------------------------------------------------------------- gather
 def gather(args: argparse.Namespace) -> None:
     import torch
@@ -118,12 +129,7 @@ def gather(args: argparse.Namespace) -> None:
                      "update_us": median_us(update), "collective_us": median_us(collective),
                      "apply_us": median_us(apply), "draw_us": median_us(draw),
                      "all_gather_object_us": median_us(as_objects)})
-    if rank == 0:
-        record("gather", "python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py gather",
-               rows)
-        print(json.dumps(rows, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
+    finish_on_ranks("gather", rows)
 
 
 # ----------------------------------------------------------------------------- select
@@ -167,12 +173,7 @@ def select(args: argparse.Namespace) -> None:
                      "gathered_bytes_per_step": chooser.counters["gathered_bytes"] // chooser.counters["score_gathers"],
                      "choose_us": median_us(choose), "collective_us": median_us(collective),
                      "one_process_choose_us": median_us(alone), "draw_us": median_us(draw)})
-    if rank == 0:
-        record("select", "python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py select",
-               rows)
-        print(json.dumps(rows, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
+    finish_on_ranks("select", rows)
 
 
 # ----------------------------------------------------------------------------- finetune
