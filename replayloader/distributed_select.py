@@ -20,8 +20,9 @@ Per step, with W ranks, n_B candidates (the shared sampler's ``batch_size``) and
   (2 slices) to the same global candidate batch (tested).
 
 The warm-up pass's short last candidate batch is padded like the sampler's (repeated first candidates), so every
-rank scores the same number; a padded repeat's score refreshes nothing (its first copy's does). Rules without a
-fixed k (SelectiveBackprop) keep a varying number of rows per rank, as in one process.
+rank scores the same number; a padded repeat's score refreshes nothing (its first copy's does), and a repeated
+candidate may be chosen on two ranks (trained twice in that one step). Rules without a fixed k
+(SelectiveBackprop) keep a varying number of rows per rank, as in one process.
 
 Checkpoint: `state_dict` holds the shared sampler and the selector, the same on every rank and the same format
 as the one-process `ScoreThenSelect`, so one file (`save_shared_state`) resumes on any world size.

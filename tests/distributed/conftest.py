@@ -13,8 +13,10 @@ if not torch.distributed.is_available():
 
 from replayloader import PrioritizedBatchSampler  # noqa: E402
 from replayloader.distributed import save_shared_state  # noqa: E402
+from replayloader.torch_select import CandidateBatchSampler  # noqa: E402
 
 from . import scenario as sc  # noqa: E402
+from . import select_scenario as ss  # noqa: E402
 from .launch import accelerate_launch, launch, torchrun  # noqa: E402
 
 
@@ -28,8 +30,17 @@ def one_process(tmp_path_factory) -> dict:
         if count == sc.SAVE_AT:
             save_shared_state(batches.state_dict(), out / "one_process.npz")
 
+    save_select_checkpoint(out / "select_one_process.npz")
     return {"out": out, "equivalence": sc.drive(sc.make_sampler(), sc.EPOCHS * sc.STEPS_PER_EPOCH),
             "uninterrupted": sc.train(batches, sc.TOTAL, on_step=save)}
+
+
+def save_select_checkpoint(path) -> None:
+    """The score-then-select DataLoader recipe in one process, checkpointed after `SAVE_AT` steps (resumed on 2
+    ranks by the launch)."""
+    candidates = CandidateBatchSampler(ss.make_sampler(), ss.make_selector("top_k"))
+    sc.run_loader(ss.loader(candidates), candidates, ss.SAVE_AT, ss.loader_step)
+    save_shared_state(candidates.state_dict(), path)
 
 
 @pytest.fixture(scope="session")

@@ -345,6 +345,10 @@ def select(out: Path) -> dict:
     resumed.load_state_dict(load_shared_state(out / "select_loader.npz"))
     report["loader_resumed"] = sc.run_loader(ss.loader(resumed), resumed, ss.TOTAL - ss.SAVE_AT, ss.loader_step)
     report["loader_resumed_sampler"] = state_digest(resumed.sampler.state_dict())
+    from_one = candidate_batches()  # a one-process checkpoint (conftest.py) continued on 2 ranks
+    from_one.load_state_dict(load_shared_state(out / "select_one_process.npz"))
+    report["loader_from_one_process"] = sc.run_loader(ss.loader(from_one), from_one, ss.TOTAL - ss.SAVE_AT,
+                                                      ss.loader_step)
     report["errors"] = select_bad_input()
     return report
 

@@ -69,6 +69,14 @@ def test_the_two_rank_file_resumes_in_one_process(torchrun_reports, one_process)
     assert state_digest(batches.sampler.state_dict()) == state_digest(reference.sampler.state_dict())
 
 
+def test_a_one_process_file_resumes_on_two_ranks(torchrun_reports):
+    """The ranks continue a one-process run's candidates and selector, each choosing within its slice."""
+    reference = ss.Reference("top_k", world_at=lambda count: 1 if count < ss.SAVE_AT else 2)
+    rank0, rank1 = reference.train(ss.TOTAL)  # rank 1's slices exist from SAVE_AT on
+    assert len(rank1) == ss.TOTAL - ss.SAVE_AT
+    assert ranks(torchrun_reports, "loader_from_one_process") == [rank0[ss.SAVE_AT:], rank1]
+
+
 @pytest.mark.parametrize("case, message", [
     ("k_not_divisible", "k (n_b) = 3 is not divisible by the world size 2"),
     ("k_too_large", "k (n_b) = 10 exceeds the candidate batch size (n_B) = 8"),
