@@ -63,4 +63,4 @@ def lightning_reports(tmp_path_factory) -> list[dict]:
 def accelerate_reports(tmp_path_factory) -> list[dict]:
     pytest.importorskip("accelerate")
     pytest.importorskip("transformers")
-    return accelerate_launch(tmp_path_factory.mktemp("accelerate"), ["hf_trainer"])
+    return accelerate_launch(tmp_path_factory.mktemp("accelerate"), ["hf_trainer", "hf_select"])
