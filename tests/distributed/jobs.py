@@ -349,7 +349,32 @@ def select(out: Path) -> dict:
     from_one.load_state_dict(load_shared_state(out / "select_one_process.npz"))
     report["loader_from_one_process"] = sc.run_loader(ss.loader(from_one), from_one, ss.TOTAL - ss.SAVE_AT,
                                                       ss.loader_step)
+    report["resumed"] = select_resumed(out)
     report["errors"] = select_bad_input()
+    return report
+
+
+def select_resumed(out: Path) -> dict:
+    """`DistributedScoreThenSelect` (SelectiveBackprop: a selector with memory) checkpointed to one file after
+    `SAVE_AT` draws, continued, and a new one resumed from the file; a state of another rule is refused."""
+    from replayloader.distributed import DistributedPrioritizedSampler, load_shared_state, save_shared_state
+    from replayloader.distributed_select import DistributedScoreThenSelect
+    from tests.distributed import select_scenario as ss
+
+    def chooser(rule: str) -> DistributedScoreThenSelect:
+        return DistributedScoreThenSelect(DistributedPrioritizedSampler(ss.make_sampler()), ss.make_selector(rule))
+
+    first = chooser("selective_backprop")
+    ss.drive(first, ss.SAVE_AT)
+    save_shared_state(first.state_dict(), out / "select_direct.npz")
+    report = {"continued": ss.drive(first, ss.STEPS - ss.SAVE_AT)}
+    resumed = chooser("selective_backprop")
+    resumed.load_state_dict(load_shared_state(out / "select_direct.npz"))
+    report["resumed"] = ss.drive(resumed, ss.STEPS - ss.SAVE_AT)
+    other = chooser("top_k")
+    before = state_digest(other.state_dict())
+    report["wrong_rule"] = error_of(lambda: other.load_state_dict(load_shared_state(out / "select_direct.npz")))
+    report["wrong_rule_unchanged"] = state_digest(other.state_dict()) == before
     return report
 
 

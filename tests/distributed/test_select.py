@@ -77,6 +77,12 @@ def test_a_one_process_file_resumes_on_two_ranks(torchrun_reports):
     assert ranks(torchrun_reports, "loader_from_one_process") == [rank0[ss.SAVE_AT:], rank1]
 
 
+def test_a_chooser_resumes_from_one_file_and_refuses_another_rules_state(torchrun_reports):
+    for run in ranks(torchrun_reports, "resumed"):
+        assert run["resumed"] == run["continued"]  # candidates, chosen rows, weights: SelectiveBackprop's history
+        assert "checkpoint has rule" in run["wrong_rule"] and run["wrong_rule_unchanged"]
+
+
 @pytest.mark.parametrize("case, message", [
     ("k_not_divisible", "k (n_b) = 3 is not divisible by the world size 2"),
     ("k_too_large", "k (n_b) = 10 exceeds the candidate batch size (n_B) = 8"),
