@@ -1,6 +1,7 @@
 """DistributedPrioritizedSampler: what sharing one distribution across DDP ranks costs.
 
     python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py gather
+    python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py select
     python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py finetune [--overlap]
     python bench/distributed_sampler.py memory --sizes 10000000 --distributed
     python bench/distributed_sampler.py memory --sizes 100000000
@@ -9,6 +10,9 @@
 ``gather``: per step, the bytes every rank receives and the time of `update` (all-gather + applying the merged
 feedback) next to its parts: the bare collective, the local apply (what one process pays), and the draw; also
 the same feedback sent with ``all_gather_object`` (pickled dicts) instead of our fixed-width int64 tensor.
+``select``: score-then-select across ranks (`DistributedScoreThenSelect`, TopK with n_b = n_B / 10): the bytes
+of the score all-gather per step and the time of ``choose`` next to the bare collective, one process's choice
+among the same n_B candidates, and the draw.
 ``finetune``: the sampler's share (draw + update, called after the forward pass as in the recipes) of a DDP
 fine-tuning step of a tiny BERT, per rank, with and without ``--overlap``. A barrier before `update` takes the
 ranks' skew (one rank's forward ending later), reported apart: without it `update`'s gather would absorb that
@@ -75,6 +79,17 @@ def timed(action) -> tuple[object, float]:
     return result, time.perf_counter() - started
 
 
+def finish_on_ranks(name: str, rows: list[dict]) -> None:
+    """Rank 0 records and prints the rows of the 2-rank measurement ``name``; then every rank leaves the group."""
+    import torch.distributed as dist
+
+    if dist.get_rank() == 0:
+        record(name, f"python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py {name}", rows)
+        print(json.dumps(rows, indent=1))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 # ----------------------------------------------------------------------------- gather
 def gather(args: argparse.Namespace) -> None:
     import torch
@@ -114,12 +129,51 @@ def gather(args: argparse.Namespace) -> None:
                      "update_us": median_us(update), "collective_us": median_us(collective),
                      "apply_us": median_us(apply), "draw_us": median_us(draw),
                      "all_gather_object_us": median_us(as_objects)})
-    if rank == 0:
-        record("gather", "python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py gather",
-               rows)
-        print(json.dumps(rows, indent=1))
-    dist.barrier()
-    dist.destroy_process_group()
+    finish_on_ranks("gather", rows)
+
+
+# ----------------------------------------------------------------------------- select
+def select(args: argparse.Namespace) -> None:
+    """Score-then-select across ranks: per step, the bytes of the score all-gather and the time of `choose`
+    (gather + the per-slice choice over all slices + the tree refresh) next to the bare collective and to what
+    one process pays for choosing among the same n_B candidates (`ScoreThenSelect.choose`, no gather)."""
+    import torch
+    import torch.distributed as dist
+
+    from replayloader.distributed import DistributedPrioritizedSampler
+    from replayloader.distributed_select import DistributedScoreThenSelect
+    from replayloader.score_select import ScoreThenSelect
+    from replayloader.selection import Selector, TopK
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    rows = []
+    for local in args.batches:
+        chosen = max(world, local * world // 10 // world * world)  # n_b = n_B / 10, divisible by the world size
+        chooser = DistributedScoreThenSelect(DistributedPrioritizedSampler(make_sampler(args.n, local * world)),
+                                             Selector(TopK(chosen), seed=0))
+        reference = ScoreThenSelect(make_sampler(args.n, local * world), Selector(TopK(chosen), seed=0))
+        draw, choose, collective, alone = [], [], [], []
+        row = np.zeros(chooser.row_width, np.int64)
+        for step in range(WARM + args.steps):
+            candidates, t = timed(chooser.next_candidates)
+            draw.append(t)
+            losses = torch.rand(len(candidates), generator=torch.Generator().manual_seed(step * world + rank)) + 0.1
+            dist.barrier()  # timed with the ranks in step
+            _, t = timed(lambda: chooser.choose(candidates, losses))
+            choose.append(t)
+            dist.barrier()
+            _, t = timed(lambda: chooser.world.all_gather_rows(row))
+            collective.append(t)
+            whole = reference.next_candidates()
+            _, t = timed(lambda: reference.choose(whole, np.random.default_rng(step).random(len(whole)) + 0.1))
+            alone.append(t)
+        rows.append({"world_size": world, "n": args.n, "candidates_global": local * world,
+                     "candidates_per_rank": local, "chosen_global": chosen,
+                     "gathered_bytes_per_step": chooser.counters["gathered_bytes"] // chooser.counters["score_gathers"],
+                     "choose_us": median_us(choose), "collective_us": median_us(collective),
+                     "one_process_choose_us": median_us(alone), "draw_us": median_us(draw)})
+    finish_on_ranks("select", rows)
 
 
 # ----------------------------------------------------------------------------- finetune
@@ -248,6 +302,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n", type=int, default=67_349)
     p.add_argument("--batches", type=int, nargs="+", default=[16, 64, 256, 1024], help="per-rank batch sizes")
     p.add_argument("--steps", type=int, default=300)
+    p = sub.add_parser("select")
+    p.add_argument("--n", type=int, default=67_349)
+    p.add_argument("--batches", type=int, nargs="+", default=[32, 128, 512, 2048], help="candidates per rank")
+    p.add_argument("--steps", type=int, default=300)
     p = sub.add_parser("finetune")
     p.add_argument("--n", type=int, default=67_349)
     p.add_argument("--local-batch", type=int, default=16)
@@ -259,7 +317,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--distributed", action="store_true", help="also the peak while wrapping it")
     sub.add_parser("report")
     args = parser.parse_args(argv)
-    {"gather": gather, "finetune": finetune, "memory": memory, "report": report}[args.command](args)
+    {"gather": gather, "select": select, "finetune": finetune, "memory": memory, "report": report}[args.command](args)
 
 
 if __name__ == "__main__":

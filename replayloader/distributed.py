@@ -385,14 +385,12 @@ class DistributedPrioritizedSampler:
                 raise ValueError(f"rank {rank} rejected its feedback (its own error says why); nothing changed")
         if record[0] != 0:
             raise self._rejected
-        self._check_in_step(records)
+        self.check_in_step(np.array([row[5:_HEADER] for row in records]))
         return self._apply(records)
 
     def _encode(self, batch: Any, feedback: Mapping[str, Any]) -> np.ndarray:
         header = np.zeros(_HEADER, np.int64)
-        header[5] = self.sampler.step
-        header[6:10] = self.sampler.rng_state.view(np.int64)
-        header[10] = np.float64(self.sampler.tree.total).view(np.int64)
+        header[5:] = self.step_words()
         try:
             columns = self._check(batch, feedback, header)
         except (ValueError, TypeError) as exc:
@@ -483,8 +481,19 @@ class DistributedPrioritizedSampler:
         self.counters["gathered_bytes"] += gathered
         return [table[rank, 1:1 + lengths[rank]] for rank in range(self.world_size)]
 
-    def _check_in_step(self, records: list[np.ndarray]) -> None:
-        states = [tuple(row[5:_HEADER]) for row in records]
+    def step_words(self) -> np.ndarray:
+        """This rank's draw count, RNG state and tree mass as 6 int64 words: equal on ranks that are in step
+        (gathered with each update, and with each score gather of `DistributedScoreThenSelect`)."""
+        words = np.empty(6, np.int64)
+        words[0] = self.sampler.step
+        words[1:5] = self.sampler.rng_state.view(np.int64)
+        words[5] = np.float64(self.sampler.tree.total).view(np.int64)
+        return words
+
+    def check_in_step(self, everyone: np.ndarray) -> None:
+        """Raise (on every rank: all hold the same table) unless every rank's `step_words` (rows, rank order)
+        agree."""
+        states = [tuple(row) for row in everyone]
         if len(set(states)) > 1:
             draws = ", ".join(f"rank {r}: {int(s[0])}" for r, s in enumerate(states))
             raise RuntimeError(f"the ranks' samplers diverged before this update (batches drawn: {draws}; or "

@@ -110,13 +110,17 @@ class SelectingTrainer(PrioritizedTrainer):
     ``selector`` (`Selector(TopK(n_b))`, ...), ``per_example_loss`` as for `PrioritizedTrainer`,
     ``score_in_eval_mode`` (default True). ``trainer.batch_sampler`` is a
     `replayloader.torch_select.CandidateBatchSampler`; its ``state_dict()`` holds sampler and selector.
+
+    Several processes: n_B and n_b are global; each process fetches and scores n_B / W candidates and trains
+    n_b / W of its own (`replayloader.distributed_select`), so the selector's k must divide by W.
     """
 
     def __init__(self, *args: Any, sampler: PrioritizedSampler, selector: Selector,
                  per_example_loss: PerExampleLoss = cross_entropy_per_example, score_in_eval_mode: bool = True,
                  **kwargs: Any) -> None:
         super().__init__(*args, sampler=sampler, per_example_loss=per_example_loss, **kwargs)
-        self.batch_sampler = CandidateBatchSampler(sampler, selector)
+        # the sampler as PrioritizedTrainer set it up: under several processes, the distributed one
+        self.batch_sampler = CandidateBatchSampler(self.batch_sampler.sampler, selector)
         self.score_in_eval_mode = score_in_eval_mode
         self.last_selection: Selection | None = None
 

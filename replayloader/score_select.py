@@ -24,10 +24,10 @@ from .sampler import PrioritizedSampler, SampledBatch
 from .selection import Selection, Selector
 
 
-def _refresh_values(selection: Selection) -> np.ndarray:
-    """The weight feedback of a scored batch: each candidate's score, clipped at 0 (the sampler's and buffer's
+def refresh_values(scores: np.ndarray) -> np.ndarray:
+    """The weight feedback of scored candidates: each candidate's score, clipped at 0 (the sampler's and buffer's
     weights are >= 0; a negative reducible loss means "nothing left to learn here")."""
-    return np.maximum(selection.scores, 0.0)
+    return np.maximum(scores, 0.0)
 
 
 class ScoreThenSelect:
@@ -55,7 +55,8 @@ class ScoreThenSelect:
         than n_B candidates) gives min(n_b, its size) rows. Bad input raises and changes nothing."""
         if not isinstance(candidates, SampledBatch):
             raise TypeError(f"candidates must be the SampledBatch the sampler drew, got {type(candidates).__name__}")
-        refresh = (lambda s: self.sampler.update(candidates, loss=_refresh_values(s))) if self.refresh else None
+        refresh = ((lambda s: self.sampler.update(candidates, loss=refresh_values(s.scores))) if self.refresh
+                   else None)
         short = len(candidates) < self.sampler.batch_size  # the last batch of a shuffled pass
         return self.selector.choose(losses, candidates.indices, candidates.weights, before_commit=refresh,
                                     short_batch=short)
@@ -110,7 +111,8 @@ class BufferScoreThenSelect:
         those, else None. Bad input raises and changes nothing."""
         if not isinstance(candidates, Sample):
             raise TypeError(f"candidates must be a Sample or ReplayBatch, got {type(candidates).__name__}")
-        refresh = (lambda s: self.buffer.update(candidates.ids, loss=_refresh_values(s))) if self.refresh else None
+        refresh = ((lambda s: self.buffer.update(candidates.ids, loss=refresh_values(s.scores))) if self.refresh
+                   else None)
         return self.selector.choose(losses, indices, candidates.weights, before_commit=refresh)
 
     def state_dict(self) -> dict:

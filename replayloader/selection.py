@@ -18,7 +18,7 @@ detached and copied); where the candidates come from and how the chosen rows are
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -294,25 +294,77 @@ class Selector:
         batch is the short last one of a pass, so fewer than k candidates pick them all (else k > n_B is an
         error). Bad input raises a ValueError naming the argument and the value, and changes nothing.
         """
-        scores, indices, candidate_weights = self._checked(losses, indices, candidate_weights, short_batch)
-        rng = self.rng_state.copy()
-        k = None if self.rule.k is None else min(self.rule.k, len(scores))
-        positions, weights, probabilities, memory = self.rule.pick(scores, rng, k)
-        positions = np.asarray(positions, np.int64)
-        if candidate_weights is not None:
-            weights = weights * candidate_weights[positions]
-        selection = Selection(positions, None if indices is None else indices[positions], np.asarray(weights, float),
-                              scores, probabilities)
-        if before_commit is not None:
-            before_commit(selection)
+        refresh = None if before_commit is None else (lambda selections: before_commit(selections[0]))
+        return self.choose_split([losses], [indices], [candidate_weights], refresh, short_batch)[0]
+
+    def choose_split(self, losses: Sequence[Any], indices: Sequence[Any] | None = None,
+                     candidate_weights: Sequence[Any] | None = None,
+                     before_commit: Callable[[list[Selection]], None] | None = None,
+                     short_batch: bool = False) -> list[Selection]:
+        """Pick rows of a candidate batch split into S slices (one per DDP rank): slice s chooses k / S of its own
+        rows (top-k within the slice, not of the whole batch), the slices in order, each seeing the generator and
+        the rule's memory (SelectiveBackprop's history) the previous slice left, as S `choose` calls of a rule
+        with k / S would. A slice's positions index that slice.
+
+        Why per slice: under DDP each rank fetched and scored only its slice, and every rank must train the same
+        number of rows; a global top-k would need every rank to fetch and score all n_B, or unbalanced ranks.
+
+        ``losses``, ``indices``, ``candidate_weights``: one entry per slice (as for `choose`; ``indices`` None or
+        a list of None: no indices). ``before_commit(selections)`` as for `choose`. Every slice is checked before
+        anything changes; a rejected call (k not divisible by S, a bad slice) leaves the selector as it was.
+        Counters count the whole batch once.
+        """
+        count = len(losses)
+        if count == 0:
+            raise ValueError("losses must hold at least one slice, got none")
+        k = self.rule.k
+        if k is not None and k % count:
+            raise ValueError(f"k (n_b) = {k} is not divisible by the {count} slices (ranks): each slice chooses "
+                             f"k / {count} of its own candidates")
+        k = None if k is None else k // count
+        indices = [None] * count if indices is None else list(indices)
+        candidate_weights = [None] * count if candidate_weights is None else list(candidate_weights)
+        for name, parts in (("indices", indices), ("candidate_weights", candidate_weights)):
+            if len(parts) != count:
+                raise ValueError(f"{name} must hold one entry per slice ({count}), got {len(parts)}")
+        checked = [self._checked_slice(number, count, part, short_batch)
+                   for number, part in enumerate(zip(losses, indices, candidate_weights))]
+        rng, before = self.rng_state.copy(), self.rule.state_dict()
+        selections, memory = [], None
+        try:
+            for number, (scores, slice_indices, slice_weights) in enumerate(checked):
+                if number:
+                    self.rule.commit(memory)  # the next slice sees this one's scores, as the next call would
+                picked, weights, probabilities, memory = self.rule.pick(
+                    scores, rng, None if k is None else min(k, len(scores)))
+                picked = np.asarray(picked, np.int64)
+                if slice_weights is not None:
+                    weights = weights * slice_weights[picked]
+                selections.append(Selection(picked, None if slice_indices is None else slice_indices[picked],
+                                            np.asarray(weights, float), scores, probabilities))
+            if before_commit is not None:
+                before_commit(selections)
+        except BaseException:
+            if count > 1:
+                self.rule.load_state_dict(before)
+            raise
         self.rng_state = rng
         self.rule.commit(memory)
         self.counters["batches"] += 1
-        self.counters["scored"] += len(scores)
-        self.counters["selected"] += len(positions)
-        return selection
+        self.counters["scored"] += sum(len(s.scores) for s in selections)
+        self.counters["selected"] += sum(len(s) for s in selections)
+        return selections
 
-    def _checked(self, losses: Any, indices: Any, candidate_weights: Any, short_batch: bool):
+    def _checked_slice(self, number: int, slices: int, part: tuple, short_batch: bool):
+        """`_checked` for one slice; with several, an error says which slice (rank) it is about."""
+        try:
+            return self._checked(*part, short_batch, slices)
+        except ValueError as exc:
+            if slices == 1:
+                raise
+            raise ValueError(f"slice {number} of {slices} (rank {number}): {exc}") from exc
+
+    def _checked(self, losses: Any, indices: Any, candidate_weights: Any, short_batch: bool, slices: int):
         if indices is not None:
             indices = to_numpy(indices, "indices")
             if indices.ndim != 1 or indices.dtype.kind not in "iu":
@@ -327,7 +379,7 @@ class Selector:
         if indices is not None and len(indices) != n:
             raise ValueError(f"losses must have shape ({len(indices)},), one per candidate, got {arr.shape}")
         if not short_batch:
-            self.check_candidates(n)
+            self.check_candidates(n * slices)  # k / slices of each slice's n
         arr = np.ascontiguousarray(arr, np.float64)
         bad = np.flatnonzero(~np.isfinite(arr))
         if len(bad):

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .distributed import DistributedPrioritizedSampler
+from .distributed_select import DistributedScoreThenSelect
 from .sampler import PrioritizedSampler, SampledBatch
 from .score_select import ScoreThenSelect, load_together
 from .selection import Selection, Selector
@@ -41,17 +43,22 @@ class CandidateBatchSampler(PrioritizedBatchSampler):
     """Candidate batches of n_B indices for ``DataLoader(batch_sampler=...)``, and the choice among them.
 
     Args:
-        sampler: draws the candidates (its ``batch_size`` is n_B; ``alpha=0`` for uniform candidates).
-        selector: picks the rows (`Selector(TopK(n_b))`, ...).
+        sampler: draws the candidates (its ``batch_size`` is n_B; ``alpha=0`` for uniform candidates); under DDP
+            a `DistributedPrioritizedSampler` (n_B global: each rank fetches and scores n_B / W candidates and
+            trains n_b / W of them, see `replayloader.distributed_select`).
+        selector: picks the rows (`Selector(TopK(n_b))`, ...; n_b global).
         refresh: feed every candidate's score back to the sampler's weights.
     """
 
-    def __init__(self, sampler: PrioritizedSampler, selector: Selector, refresh: bool = True) -> None:
+    def __init__(self, sampler: PrioritizedSampler | DistributedPrioritizedSampler, selector: Selector,
+                 refresh: bool = True) -> None:
         super().__init__(sampler)
-        self.select = ScoreThenSelect(sampler, selector, refresh)
+        distributed = isinstance(sampler, DistributedPrioritizedSampler)
+        self.select = (DistributedScoreThenSelect if distributed else ScoreThenSelect)(sampler, selector, refresh)
 
     def choose(self, candidates: SampledBatch, losses: torch.Tensor | np.ndarray) -> Selection:
-        """`ScoreThenSelect.choose` for the batch `next_batch_info()` returned and its per-example losses."""
+        """`ScoreThenSelect.choose` for the batch `next_batch_info()` returned and its per-example losses (under
+        DDP `DistributedScoreThenSelect.choose`, a collective: every rank calls it once per batch)."""
         return self.select.choose(candidates, losses)
 
     def state_dict(self) -> dict:

@@ -284,3 +284,56 @@ def test_the_short_last_batch_of_a_pass_gives_at_most_its_size():
         sizes.append((len(candidates), len(selection)))
         assert selection.positions.tolist() == reference_top_k(selection.scores.tolist(), len(selection))
     assert sizes == [(8, 6), (8, 6), (4, 4)]
+
+
+def split_rules():
+    """(rule for the split selector with k = n_b, the same rule with k = n_b / S for one slice at a time)."""
+    return st.sampled_from([
+        lambda s: (TopK(2 * s), TopK(2)),
+        lambda s: (Proportional(3 * s, alpha=0.7, beta=0.5), Proportional(3, alpha=0.7, beta=0.5)),
+        lambda s: (SelectiveBackprop(beta=1.5, history=7), SelectiveBackprop(beta=1.5, history=7)),
+    ])
+
+
+@settings(max_examples=60, deadline=None)
+@given(split_rules(), st.integers(1, 3), st.integers(1, 4), st.data())
+def test_a_split_choice_is_one_choice_per_slice_in_order(make, slices, batches, data):
+    """S slices with k = n_b equal S plain calls with k = n_b / S, one per slice, sharing generator and memory."""
+    split_rule, slice_rule = make(slices)
+    split, one = Selector(split_rule, seed=3), Selector(slice_rule, seed=3)
+    for _ in range(batches):
+        size = data.draw(st.integers(3, 6))
+        losses = [data.draw(st.lists(st.integers(0, 9), min_size=size, max_size=size)) for _ in range(slices)]
+        losses = [np.array(part, float) / 3 for part in losses]
+        weights = [np.linspace(0.5, 1.0, size) * (s + 1) for s in range(slices)]
+        indices = [np.arange(size) + 10 * s for s in range(slices)]
+        got = split.choose_split(losses, indices, weights)
+        expected = [one.choose(*part) for part in zip(losses, indices, weights)]
+        for a, b in zip(got, expected):
+            assert a.positions.tolist() == b.positions.tolist() and a.indices.tolist() == b.indices.tolist()
+            assert a.weights.tolist() == b.weights.tolist() and a.scores.tolist() == b.scores.tolist()
+        assert_same_state(split.rng_state, one.rng_state)
+        assert_same_state(split.rule.state_dict(), one.rule.state_dict())
+    assert split.stats()["batches"] == batches and split.stats()["selected"] == one.stats()["selected"]
+
+
+def test_a_rejected_split_choice_names_the_slice_and_changes_nothing():
+    selector = Selector(SelectiveBackprop(history=5), seed=0)
+    selector.choose_split([np.ones(3), np.zeros(3)])
+    before = copy.deepcopy(selector.state_dict())
+    with pytest.raises(ValueError, match=r"slice 1 of 2 \(rank 1\): losses must be finite; losses\[0\] = nan"):
+        selector.choose_split([np.ones(3), np.r_[np.nan, 1.0, 1.0]])
+    assert_same_state(selector.state_dict(), before)
+
+    def refuse(selections):
+        raise RuntimeError("the refresh failed")
+
+    with pytest.raises(RuntimeError):  # the first slice's history was committed for the second; rolled back
+        selector.choose_split([np.full(3, 2.0), np.full(3, 4.0)], before_commit=refuse)
+    assert_same_state(selector.state_dict(), before)
+    with pytest.raises(ValueError, match=r"k \(n_b\) = 3 is not divisible by the 2 slices \(ranks\)"):
+        Selector(TopK(3)).choose_split([np.ones(4), np.ones(4)])
+    with pytest.raises(ValueError, match=r"k \(n_b\) = 4 exceeds the candidate batch size \(n_B\) = 2"):
+        Selector(TopK(4)).choose_split([np.ones(1), np.ones(1)])
+    with pytest.raises(ValueError, match=r"indices must hold one entry per slice \(2\), got 1"):
+        Selector(TopK(2)).choose_split([np.ones(2), np.ones(2)], [np.arange(2)])

@@ -9,11 +9,15 @@ import json
 import os
 import re
 import sys
+import time
+from unittest import mock
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from replayloader.distributed import state_digest, verify_identical
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,32 +42,43 @@ class IndexedTexts(torch.utils.data.Dataset):
                 "index": torch.tensor(i)}
 
 
-def hf_trainer(out: Path) -> dict:
-    """`PrioritizedTrainer` for 2 epochs (the warm-up pass, then a prioritized one). Per step: the dataset indices
-    of the batch the rank trained on, and the indices its feedback was given for; at the end the weights."""
+def tiny_bert(out: Path) -> tuple:
+    """The tiny BERT classifier and the TrainingArguments (2 epochs, gloo on CPU) of the Trainer jobs."""
     from transformers import BertConfig, BertForSequenceClassification, TrainingArguments
 
-    from replayloader import PrioritizedSampler
-    from replayloader.hf_trainer import PrioritizedTrainer
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16, num_labels=2)
+    args = TrainingArguments(output_dir=str(out / "hf"), num_train_epochs=2, learning_rate=1e-3, use_cpu=True,
+                             report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
+                             ddp_backend="gloo", seed=0)
+    return BertForSequenceClassification(config), args
 
-    seen: list[list[int]] = []
-    fed: list[list[int]] = []
 
-    class ObservedTrainer(PrioritizedTrainer):
+def observed(trainer_class: type, seen: list) -> type:
+    """``trainer_class`` recording the dataset indices of each batch it receives (the ``index`` column)."""
+
+    class Observed(trainer_class):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             inputs = dict(inputs)
             seen.append(inputs.pop("index").tolist())
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=16, num_labels=2)
-    model = BertForSequenceClassification(config)
-    args = TrainingArguments(output_dir=str(out / "hf"), num_train_epochs=2, learning_rate=1e-3, use_cpu=True,
-                             report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True,
-                             ddp_backend="gloo", seed=0)
+    return Observed
+
+
+def hf_trainer(out: Path) -> dict:
+    """`PrioritizedTrainer` for 2 epochs (the warm-up pass, then a prioritized one). Per step: the dataset indices
+    of the batch the rank trained on, and the indices its feedback was given for; at the end the weights."""
+    from replayloader import PrioritizedSampler
+    from replayloader.hf_trainer import PrioritizedTrainer
+
+    seen: list[list[int]] = []
+    fed: list[list[int]] = []
+    model, args = tiny_bert(out)
     sampler = PrioritizedSampler(HF_EXAMPLES, batch_size=HF_BATCH, beta=0.5, uniform_fraction=0.1, seed=0)
-    trainer = ObservedTrainer(model=model, args=args, train_dataset=IndexedTexts(HF_EXAMPLES), sampler=sampler)
+    trainer = observed(PrioritizedTrainer, seen)(model=model, args=args, train_dataset=IndexedTexts(HF_EXAMPLES),
+                                                 sampler=sampler)
     update = trainer.batch_sampler.update
 
     def observed_update(batch, **feedback):
@@ -73,6 +88,34 @@ def hf_trainer(out: Path) -> dict:
     trainer.batch_sampler.update = observed_update
     trainer.train()
     return {"seen": seen, "fed": fed, "weights": sampler.weights.tolist(), "visits": sampler.visits.tolist()}
+
+
+def hf_select(out: Path) -> dict:
+    """`SelectingTrainer` for 2 epochs: n_B = 8 candidates (4 per rank), n_b = 4 chosen (2 per rank). Per step:
+    the candidates the rank received, the candidates it scored and the rows it chose; the shared state's digest."""
+    from replayloader import PrioritizedSampler
+    from replayloader.hf_trainer import SelectingTrainer
+    from replayloader.selection import Selector, TopK
+
+    seen: list[list[int]] = []
+    scored: list[list[int]] = []
+    chosen: list[list[int]] = []
+    model, args = tiny_bert(out)
+    sampler = PrioritizedSampler(HF_EXAMPLES, batch_size=HF_BATCH, beta=0.5, uniform_fraction=0.1, seed=0)
+    trainer = observed(SelectingTrainer, seen)(model=model, args=args, train_dataset=IndexedTexts(HF_EXAMPLES),
+                                               sampler=sampler, selector=Selector(TopK(HF_BATCH // 2), seed=0))
+    choose = trainer.batch_sampler.choose
+
+    def observed_choose(candidates, losses):
+        selection = choose(candidates, losses)
+        scored.append(candidates.indices.tolist())
+        chosen.append(selection.indices.tolist())
+        return selection
+
+    trainer.batch_sampler.choose = observed_choose
+    trainer.train()
+    return {"seen": seen, "scored": scored, "chosen": chosen,
+            "state": verify_identical(trainer.batch_sampler.select.state_dict())}
 
 
 # ----------------------------------------------------------------------------- Lightning
@@ -132,21 +175,43 @@ def lightning(out: Path) -> dict:
 
 
 # ----------------------------------------------------------------------------- the README's torchrun example
-def readme(out: Path) -> dict:
-    """The README's several-GPUs example as written (it starts the process group), run in ``out``."""
+def readme_example(out: Path, heading: str) -> dict:
+    """Run the first python block after ``heading`` in the README's several-GPUs section as written (it starts
+    the process group) in ``out``; return its namespace."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Several GPUs"):]
-    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    block = re.search(r"```python\n(.*?)```", section[section.index(heading):], re.S).group(1)
     namespace: dict = {}
     here = os.getcwd()
     os.chdir(out)
+    # an earlier job of this launch started the group the example starts: it runs in that one (destroying and
+    # starting the default group again under torchrun hung in 2 of 3 tries)
+    started = (lambda *args, **kwargs: None) if dist.is_initialized() else dist.init_process_group
     try:
-        exec(compile(block, "README several GPUs example", "exec"), namespace)
+        with mock.patch.object(dist, "init_process_group", started):
+            exec(compile(block, f"README {heading} example", "exec"), namespace)
     finally:
         os.chdir(here)
-    model = namespace["model"].module
+    return namespace
+
+
+def parameters(model: torch.nn.Module) -> list[float]:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()
+
+
+def readme(out: Path) -> dict:
+    """The README's several-GPUs example."""
+    namespace = readme_example(out, "## Several GPUs")
     return {"weights": namespace["sampler"].weights.tolist(), "epoch": namespace["sampler"].epoch,
-            "parameters": torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist()}
+            "parameters": parameters(namespace["model"].module)}
+
+
+def readme_select(out: Path) -> dict:
+    """The README's score-then-select under DDP example."""
+    namespace = readme_example(out, "**Score-then-select under DDP**")
+    return {"weights": namespace["sampler"].weights.tolist(), "epoch": namespace["sampler"].epoch,
+            "parameters": parameters(namespace["model"].module),
+            "stats": namespace["batches"].select.selector.stats()}
 
 
 # ----------------------------------------------------------------------------- the sampler's own checks
@@ -179,7 +244,7 @@ def core(out: Path) -> dict:
 def ragged() -> dict:
     """Ranks feeding back different amounts: rank 1 sends the whole global batch as plain indices (longer than a
     gathered row: the wider second gather), then nothing (``update(None)``) while rank 0 sends its share."""
-    from replayloader.distributed import DistributedPrioritizedSampler, state_digest
+    from replayloader.distributed import DistributedPrioritizedSampler
     from tests.distributed import scenario as sc
 
     rank = dist.get_rank()
@@ -207,7 +272,7 @@ def error_of(action) -> str | None:
 def bad_input(out: Path) -> dict:
     """Every rank reports what each bad call raised on it (None: nothing raised)."""
     from replayloader.distributed import DistributedPrioritizedSampler as Shared
-    from replayloader.distributed import save_shared_state, state_digest
+    from replayloader.distributed import save_shared_state
     from tests.distributed import scenario as sc
 
     rank = dist.get_rank()
@@ -244,7 +309,148 @@ def ensure_group() -> None:
         dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
 
 
-JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": lightning}
+# ----------------------------------------------------------------------------- score-then-select across ranks
+def select(out: Path) -> dict:
+    """`DistributedScoreThenSelect` with each rule over the warm-up and three epochs; the DataLoader recipe
+    (`CandidateBatchSampler`) with a checkpoint after `SAVE_AT` steps, resumed on 2 ranks; bad input."""
+    from replayloader.distributed import DistributedPrioritizedSampler, load_shared_state, save_shared_state
+    from replayloader.distributed_select import DistributedScoreThenSelect
+    from replayloader.torch_select import CandidateBatchSampler
+    from tests.distributed import scenario as sc
+    from tests.distributed import select_scenario as ss
+
+    ensure_group()
+    report = {}
+    for rule in ss.RULES:
+        chooser = DistributedScoreThenSelect(DistributedPrioritizedSampler(ss.make_sampler()), ss.make_selector(rule))
+        records = ss.drive(chooser, ss.STEPS)
+        report[rule] = {"records": records, "verified": verify_identical(chooser.state_dict()),
+                        "sampler": state_digest(chooser.sampler.state_dict()),
+                        "rng": chooser.selector.rng_state.tolist(),
+                        "memory": {k: np.asarray(v).tolist() for k, v in chooser.selector.rule.state_dict().items()},
+                        "counters": chooser.counters}
+
+    def candidate_batches() -> CandidateBatchSampler:
+        return CandidateBatchSampler(DistributedPrioritizedSampler(ss.make_sampler()), ss.make_selector("top_k"))
+
+    batches = candidate_batches()
+
+    def save(count: int) -> None:
+        if count == ss.SAVE_AT:
+            save_shared_state(batches.state_dict(), out / "select_loader.npz")
+
+    report["loader"] = sc.run_loader(ss.loader(batches), batches, ss.TOTAL, ss.loader_step, save)
+    report["loader_sampler"] = state_digest(batches.sampler.state_dict())
+    resumed = candidate_batches()
+    resumed.load_state_dict(load_shared_state(out / "select_loader.npz"))
+    report["loader_resumed"] = sc.run_loader(ss.loader(resumed), resumed, ss.TOTAL - ss.SAVE_AT, ss.loader_step)
+    report["loader_resumed_sampler"] = state_digest(resumed.sampler.state_dict())
+    from_one = candidate_batches()  # a one-process checkpoint (conftest.py) continued on 2 ranks
+    from_one.load_state_dict(load_shared_state(out / "select_one_process.npz"))
+    report["loader_from_one_process"] = sc.run_loader(ss.loader(from_one), from_one, ss.TOTAL - ss.SAVE_AT,
+                                                      ss.loader_step)
+    report["resumed"] = select_resumed(out)
+    report["errors"] = select_bad_input()
+    return report
+
+
+def select_resumed(out: Path) -> dict:
+    """`DistributedScoreThenSelect` (SelectiveBackprop: a selector with memory) checkpointed to one file after
+    `SAVE_AT` draws, continued, and a new one resumed from the file; a state of another rule is refused."""
+    from replayloader.distributed import DistributedPrioritizedSampler, load_shared_state, save_shared_state
+    from replayloader.distributed_select import DistributedScoreThenSelect
+    from tests.distributed import select_scenario as ss
+
+    def chooser(rule: str) -> DistributedScoreThenSelect:
+        return DistributedScoreThenSelect(DistributedPrioritizedSampler(ss.make_sampler()), ss.make_selector(rule))
+
+    first = chooser("selective_backprop")
+    ss.drive(first, ss.SAVE_AT)
+    save_shared_state(first.state_dict(), out / "select_direct.npz")
+    report = {"continued": ss.drive(first, ss.STEPS - ss.SAVE_AT)}
+    resumed = chooser("selective_backprop")
+    resumed.load_state_dict(load_shared_state(out / "select_direct.npz"))
+    report["resumed"] = ss.drive(resumed, ss.STEPS - ss.SAVE_AT)
+    other = chooser("top_k")
+    before = state_digest(other.state_dict())
+    report["wrong_rule"] = error_of(lambda: other.load_state_dict(load_shared_state(out / "select_direct.npz")))
+    report["wrong_rule_unchanged"] = state_digest(other.state_dict()) == before
+    return report
+
+
+def select_bad_input() -> dict:
+    """Every rank reports what each bad call raised on it (None: nothing raised) and whether state changed."""
+    from replayloader.distributed import DistributedPrioritizedSampler as Shared
+    from replayloader.distributed_select import DistributedScoreThenSelect as Chooser
+    from tests.distributed import select_scenario as ss
+
+    rank = dist.get_rank()
+    errors = {
+        "k_not_divisible": error_of(lambda: Chooser(Shared(ss.make_sampler()), ss.make_selector("top_k", k=3))),
+        "k_too_large": error_of(lambda: Chooser(Shared(ss.make_sampler()), ss.make_selector("top_k", k=10))),
+        "seed": error_of(lambda: Chooser(Shared(ss.make_sampler()), ss.make_selector("top_k", seed=rank))),
+        "not_distributed": error_of(lambda: Chooser(ss.make_sampler(), ss.make_selector("top_k"))),
+    }
+    chooser = Chooser(Shared(ss.make_sampler()), ss.make_selector("selective_backprop"))
+    candidates = chooser.next_candidates()
+    scores = ss.score_of(candidates.indices, candidates.epoch)
+    before = state_digest(chooser.state_dict())
+    calls = {"shape_on_rank_1": np.ones(len(scores) + rank),
+             "nan_on_rank_0": np.where(np.arange(len(scores)) == 1, np.nan if rank == 0 else 0.0, scores)}
+    for name, losses in calls.items():
+        errors[name] = error_of(lambda: chooser.choose(candidates, losses))
+        errors[name + "_unchanged"] = state_digest(chooser.state_dict()) == before
+    errors["plain_batch"] = error_of(lambda: chooser.choose(candidates.whole, scores))
+    errors["good_after_rejection"] = error_of(lambda: chooser.choose(candidates, scores))
+    if rank == 1:
+        chooser.next_candidates()  # rank 1 runs ahead by one draw
+    errors["diverged"] = error_of(lambda: chooser.choose(candidates, scores))
+    return errors
+
+
+# ----------------------------------------------------------------------------- a rank that dies, and the resume
+KILL_TOTAL, KILL_EVERY, KILL_AT = 24, 5, 13  # save every 5 steps; rank 1 dies at step 13 (last file: step 10)
+
+
+def kill_run(out: Path, resume: bool = False, die: bool = False) -> dict:
+    """A DataLoader loop (1 worker, 2 batches prefetched) over `DistributedPrioritizedSampler` that saves the
+    shared state every `KILL_EVERY` steps to ``out/kill_state.npz``. ``die``: rank 1 SIGKILLs itself at step
+    `KILL_AT` before its update, while rank 0 waits for it in the update's all-gather. ``resume``: start from
+    the last state file. Returns the steps run (from ``start``) and the final sampler digest."""
+    import signal
+
+    from replayloader import PrioritizedBatchSampler
+    from replayloader.distributed import DistributedPrioritizedSampler, load_shared_state, save_shared_state
+    from tests.distributed import scenario as sc
+
+    ensure_group()
+    batches = PrioritizedBatchSampler(DistributedPrioritizedSampler(sc.make_sampler()))
+    start = 0
+    if resume:
+        state = load_shared_state(out / "kill_state.npz")
+        batches.load_state_dict(state["loader"])
+        start = int(state["trained"])
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(sc.N)), batch_sampler=batches,
+                                         num_workers=1, prefetch_factor=2)
+
+    def step(batches, info, batch) -> dict:
+        assert batch[0].tolist() == info.indices.tolist()
+        if die and dist.get_rank() == 1 and info.step + 1 == KILL_AT:  # info.step counts from 0
+            (out / "killed_at").write_text(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return sc.feed_back(batches, info)
+
+    def save(count: int) -> None:
+        if (start + count) % KILL_EVERY == 0:
+            save_shared_state({"loader": batches.state_dict(), "trained": start + count}, out / "kill_state.npz")
+
+    records = sc.run_loader(loader, batches, KILL_TOTAL - start, step, save)
+    return {"start": start, "records": records, "sampler": state_digest(batches.sampler.state_dict())}
+
+
+JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": lightning, "select": select,
+        "hf_select": hf_select, "readme_select": readme_select, "kill_steady": kill_run, "kill_die": lambda out: kill_run(out, die=True),
+        "kill_resume": lambda out: kill_run(out, resume=True)}
 
 
 def main() -> None:
@@ -253,6 +459,8 @@ def main() -> None:
     report = {name: JOBS[name](out) for name in names}
     rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))  # Lightning's own launcher: LOCAL_RANK
     (out / f"report-{rank}.json").write_text(json.dumps(report))
+    if dist.is_initialized():  # left to the interpreter's exit, gloo's threads aborted it now and then
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

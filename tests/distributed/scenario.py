@@ -49,29 +49,35 @@ def drive(sampler: Any, steps: int) -> list[dict]:
     return out
 
 
-def train(batches: Any, steps: int, ahead: int = 1, on_step: Any = None) -> list[dict]:
+def feed_back(batches: Any, info: Any) -> dict:
+    """One training step's feedback: the loss of each index, through the batch sampler's `update`."""
+    batches.update(info, loss=loss_of(info.indices, info.epoch))
+    return record(info)
+
+
+def train(batches: Any, steps: int, ahead: int = 1, on_step: Any = None, step: Any = feed_back) -> list[dict]:
     """``steps`` steps over a `PrioritizedBatchSampler` the way a DataLoader uses it, drawing ``ahead`` batches
-    early; ``on_step(count)`` runs after each step's feedback (e.g. to save a checkpoint)."""
+    early; ``step(batches, info)`` trains on one batch and returns its record; ``on_step(count)`` runs after it
+    (e.g. to save a checkpoint)."""
     out: list[dict] = []
     while len(out) < steps:
         iterator = iter(batches)
         window = deque(islice(iterator, ahead))
         for indices in iterator:
             window.append(indices)
-            if _consume(batches, window, out, steps, on_step):
+            if _consume(batches, window, out, steps, on_step, step):
                 return out
         while window:
-            if _consume(batches, window, out, steps, on_step):
+            if _consume(batches, window, out, steps, on_step, step):
                 return out
     return out
 
 
-def _consume(batches: Any, window: deque, out: list, steps: int, on_step: Any) -> bool:
+def _consume(batches: Any, window: deque, out: list, steps: int, on_step: Any, step: Any) -> bool:
     received = window.popleft()
     info = batches.next_batch_info()
     assert info.indices.tolist() == received
-    batches.update(info, loss=loss_of(info.indices, info.epoch))
-    out.append(record(info))
+    out.append(step(batches, info))
     if on_step is not None:
         on_step(len(out))
     return len(out) == steps
@@ -89,4 +95,19 @@ def assemble(shares: list[list[dict]]) -> list[dict]:
                   for key in ("indices", "probabilities", "weights")}
         assert len({(p["step"], p["epoch"]) for p in parts}) == 1
         out.append({"step": parts[0]["step"], "epoch": parts[0]["epoch"], **joined})
+    return out
+
+
+def run_loader(loader: Any, batches: Any, steps: int, step: Any, on_step: Any = None) -> list:
+    """``steps`` steps of a real DataLoader loop over ``batches`` (its batch sampler), epoch after epoch:
+    ``step(batches, info, batch)`` trains on one batch and returns its record; ``on_step(count)`` follows."""
+    out: list = []
+    while len(out) < steps:
+        for batch in loader:
+            info = batches.next_batch_info()
+            out.append(step(batches, info, batch))
+            if on_step is not None:
+                on_step(len(out))
+            if len(out) == steps:
+                break
     return out

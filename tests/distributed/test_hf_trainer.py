@@ -36,3 +36,23 @@ def test_the_warmup_pass_measures_every_example_once_across_the_ranks(hf_reports
 def test_both_ranks_hold_the_same_weights(hf_reports):
     assert hf_reports[0]["weights"] == hf_reports[1]["weights"]
     assert hf_reports[0]["visits"] == hf_reports[1]["visits"]
+
+
+@pytest.fixture(scope="module", params=["torchrun", "accelerate"])
+def select_reports(request):
+    return [r["hf_select"] for r in request.getfixturevalue(f"{request.param}_reports")]
+
+
+def test_the_selecting_trainer_scores_its_share_and_trains_half_of_the_chosen_rows(select_reports):
+    """`SelectingTrainer` under torchrun and accelerate launch: each rank receives and scores its n_B / 2
+    candidates, chooses n_b / 2 of them, and the ranks' sampler and selector stay identical."""
+    reports = select_reports
+    for report in reports:
+        assert report["scored"] == report["seen"] and len(report["seen"]) == 2 * HF_EXAMPLES // HF_BATCH
+        assert all(len(batch) == HF_BATCH // 2 for batch in report["seen"])
+        assert all(len(rows) == HF_BATCH // 4 and set(rows) <= set(batch)
+                   for rows, batch in zip(report["chosen"], report["seen"]))
+    warmup = HF_EXAMPLES // HF_BATCH
+    assert sorted(i for report in reports for batch in report["seen"][:warmup] for i in batch) == \
+        list(range(HF_EXAMPLES))
+    assert reports[0]["state"] == reports[1]["state"]
