@@ -154,6 +154,8 @@ def plot(runs: dict, path: Path) -> None:
         row[1].set_title(f"{game}: evaluation return (eps 0.001)")
         for ax in row:
             ax.set_xlabel("frames")
+            ax.set_ylabel("episode return")
+            ax.set_ylim(bottom=0)
             ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
