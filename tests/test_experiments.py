@@ -26,6 +26,9 @@ def test_every_driver_starts_from_another_directory(tmp_path):
         "noisy_sst2.py": ["--help"],
         "noisy_sst2_summary.py": ["--help"],
         "noisy_sst2_irreducible.py": ["--help"],
+        "minatar_dqn.py": ["--help"],
+        "minatar_driver.py": ["--list", "--runs", str(tmp_path / "minatar")],
+        "minatar_summary.py": ["--help"],
     }
     drivers = {p.name for p in EXPERIMENTS.glob("*.py")} - {"__init__.py", "probe_metrics.py", "run_queue.py",
                                                             "reproduce_tmr_data.py"}
@@ -46,8 +49,10 @@ def test_every_driver_starts_from_another_directory(tmp_path):
                 and f"--delay-steps {delay} --output-dir {tmp_path / 'reproduce' / 'pretrain' / f'delay-{delay}-seed4'}"
                 in outputs["reproduce_tmr_cpu.py"])
     assert "| run |" in outputs["probe_discriminator_summary.py"]
+    assert f"--run-dir {tmp_path / 'minatar' / 'breakout_per_seed4'}" in outputs["minatar_driver.py"]
     for name in ("regime_search_summary.py", "reproduce_tmr_summary.py", "prioritized_glue_summary.py",
-                 "heldout_auc.py", "noisy_sst2.py", "noisy_sst2_summary.py", "noisy_sst2_irreducible.py"):
+                 "heldout_auc.py", "noisy_sst2.py", "noisy_sst2_summary.py", "noisy_sst2_irreducible.py",
+                 "minatar_dqn.py", "minatar_summary.py"):
         assert outputs[name].startswith(f"usage: {name}")
 
 
