@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 import torch
@@ -26,20 +27,36 @@ def run_ranks(ranks: int, jobs: list[dict], out: Path) -> list[dict]:
     """Run ``jobs`` (in order) on ``ranks`` spawned processes; return each rank's report."""
     import torch.multiprocessing as mp
 
-    ports = [free_port() for _ in jobs]
-    mp.start_processes(rank_main, args=(ranks, jobs, ports, str(out)), nprocs=ranks, join=True,
-                       start_method="spawn")
+    for stale in out.glob("port-*"):  # a port published for an earlier call must not be read for this one
+        stale.unlink()
+    mp.start_processes(rank_main, args=(ranks, jobs, str(out)), nprocs=ranks, join=True, start_method="spawn")
     return [json.loads((out / f"report-{rank}.json").read_text()) for rank in range(ranks)]
 
 
-def rank_main(rank: int, ranks: int, jobs: list[dict], ports: list[int], out: str) -> None:
+def rank_main(rank: int, ranks: int, jobs: list[dict], out: str) -> None:
     torch.set_num_threads(1)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ranks), MASTER_ADDR="127.0.0.1")
     report = {}
-    for job, port in zip(jobs, ports):
-        os.environ["MASTER_PORT"] = str(port)  # a fresh rendezvous for every process group
+    for number, job in enumerate(jobs):
+        os.environ["MASTER_PORT"] = str(job_port(rank, Path(out, f"port-{number}")))
         report[job["name"]] = JOBS[job["kind"]](**job.get("args", {}))
     Path(out, f"report-{rank}.json").write_text(json.dumps(report))
+
+
+def job_port(rank: int, published: Path, patience_seconds: float = 300.0) -> int:
+    """A fresh rendezvous port for one job: rank 0 picks a free one right before the job and publishes it; the
+    others wait for it. Ports picked ahead of time for later jobs can meanwhile be taken as ephemeral ports by
+    the earlier jobs' own connections, which made CI fail once."""
+    if rank == 0:
+        partial = published.with_suffix(".partial")
+        partial.write_text(str(free_port()))
+        partial.replace(published)  # atomic: the others never read half a number
+    deadline = time.monotonic() + patience_seconds
+    while not published.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {rank}: rank 0 published no port at {published}")
+        time.sleep(0.05)
+    return int(published.read_text())
 
 
 # ----------------------------------------------------------------------------- a pretraining run, observed
