@@ -43,7 +43,9 @@ class Job:
 
 
 def running_pid(run_dir: Path) -> int | None:
-    """The live process named by the run's running.pid, or None (a zombie, whose driver died, counts as dead)."""
+    """The live process named by the run's running.pid, or None. A zombie (its driver died) counts as dead, and so
+    does a live process whose command line does not name the run folder: after a reboot the file's pid may
+    belong to an unrelated process, and trusting it would skip the run forever."""
     try:
         pid = int((run_dir / "running.pid").read_text())
         os.kill(pid, 0)
@@ -51,9 +53,12 @@ def running_pid(run_dir: Path) -> int | None:
         return None
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        command_line = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except (FileNotFoundError, IndexError):
         return pid  # no /proc (not Linux): trust the signal test
-    return None if state == "Z" else pid
+    if state == "Z" or (command_line and str(run_dir) not in command_line):
+        return None
+    return pid  # an empty command line is a process still being exec'd: it cannot be told apart, so trust it
 
 
 def pretrain_command(*flags: str, nice: int = 15) -> list[str]:

@@ -69,3 +69,28 @@ def test_two_drivers_on_one_folder_keep_the_limit_and_never_run_a_job_twice(tmp_
     log = [json.loads(line) for line in events.read_text().splitlines()]
     assert sorted(e["run"] for e in log if e["edge"] == "start") == names  # each job ran exactly once
     assert concurrency(log) == 1
+
+
+def test_a_running_pid_left_by_a_dead_machine_and_reused_by_another_process_does_not_block_the_run(tmp_path):
+    """After a reboot, running.pid may name a live process that has nothing to do with the run (here: pytest);
+    the job must still be resumed, not skipped as 'running'."""
+    import os
+    import subprocess
+
+    events = tmp_path / "events.jsonl"
+    stopped = job(tmp_path, "stopped", events)
+    (stopped.run_dir / "checkpoints" / "step-00000001").mkdir(parents=True)
+    (stopped.run_dir / "running.pid").write_text(str(os.getpid()))
+    assert stopped.status() == "partial"
+
+    mine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", str(stopped.run_dir)])
+    try:  # a live process whose command names the folder is a run in progress
+        (stopped.run_dir / "running.pid").write_text(str(mine.pid))
+        assert stopped.status() == "running"
+    finally:
+        mine.kill()
+        mine.wait()
+    (stopped.run_dir / "running.pid").write_text(str(os.getpid()))
+
+    assert run_jobs([stopped], tmp_path, parallel=1, poll=0.05) == ["stopped"]
+    assert [json.loads(line)["mode"] for line in events.read_text().splitlines()] == ["resume", "resume"]
