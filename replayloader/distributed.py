@@ -97,6 +97,17 @@ class ProcessGroup:
         self.dist.all_gather_object(everyone, value, group=self.group)
         return everyone
 
+    def require_same(self, fields: dict[str, Any], what: str, hint: str) -> None:
+        """Raise the same error on every rank unless every field equals rank 0's, naming the first that differs
+        (a collective: every rank calls it with the same field names)."""
+        everyone = self.all_gather_objects(fields)
+        for name in everyone[0]:
+            values = [fields_of_rank[name] for fields_of_rank in everyone]
+            odd = next((rank for rank, value in enumerate(values) if value != values[0]), None)
+            if odd is not None:
+                raise ValueError(f"the {what} differs across ranks: {name} is {values[0]!r} on rank 0 but "
+                                 f"{values[odd]!r} on rank {odd}; {hint}")
+
     def agree(self, action: Any, what: str) -> list:
         """Run ``action()`` here and gather every rank's result. If it raised on any rank, raise on every rank
         (this rank's own exception where it failed), so a collective that follows never waits for a dead rank."""
@@ -250,7 +261,7 @@ def advance_to_epoch(sampler: Any, epoch: int) -> None:
         sampler.next_batch()
 
 
-def _described(part: Any) -> str:
+def described(part: Any) -> str:
     """A part's class and its plain settings (numbers, strings), e.g. ``LinearSchedule(end=1.0, start=0.4, ...)``."""
     plain = {k: v for k, v in sorted(getattr(part, "__dict__", {}).items()) if isinstance(v, (bool, int, float, str))}
     return f"{type(part).__name__}({', '.join(f'{k}={v!r}' for k, v in plain.items())})"
@@ -258,11 +269,11 @@ def _described(part: Any) -> str:
 
 def _fingerprint(sampler: PrioritizedSampler) -> dict:
     """What must be equal on every rank, by name (the state digest covers weights, position and RNG)."""
-    beta = _described(sampler.beta) if callable(sampler.beta) else sampler.beta
+    beta = described(sampler.beta) if callable(sampler.beta) else sampler.beta
     return {"num_examples": sampler.num_examples, "batch_size": sampler.batch_size, "alpha": sampler.alpha,
             "beta": beta, "sampling": sampler.sampling, "uniform_fraction": sampler.uniform_fraction,
             "floor": sampler.floor, "warmup_epochs": sampler.warmup_epochs,
-            "update": _described(sampler.update_rule),
+            "update": described(sampler.update_rule),
             "init": type(sampler.init).__name__, "seed": sampler.seed,
             "features": None if sampler.features is None else list(sampler.features.shape),
             "state": state_digest(sampler.state_dict())}
@@ -294,14 +305,9 @@ class DistributedPrioritizedSampler:
         self.world = ProcessGroup(group)
         self.sampler = sampler
         self.rank, self.world_size = self.world.rank, self.world.size
-        prints = self.world.all_gather_objects({"dataset_size": dataset_size, **_fingerprint(sampler)})
-        for name in prints[0]:
-            values = [p[name] for p in prints]
-            odd = next((r for r, v in enumerate(values) if v != values[0]), None)
-            if odd is not None:
-                raise ValueError(f"the PrioritizedSampler differs across ranks: {name} is {values[0]!r} on rank 0 "
-                                 f"but {values[odd]!r} on rank {odd}; build the same sampler on every rank (same "
-                                 f"dataset length, options and seed; seed=None gives each rank its own)")
+        self.world.require_same({"dataset_size": dataset_size, **_fingerprint(sampler)}, "PrioritizedSampler",
+                                "build the same sampler on every rank (same dataset length, options and seed; "
+                                "seed=None gives each rank its own)")
         check_dataset_size(sampler, dataset_size)
         if sampler.batch_size % self.world_size:
             raise ValueError(f"sampler.batch_size (the global batch) is {sampler.batch_size}, which is not divisible "

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .distributed import DistributedPrioritizedSampler, RankBatch, share_positions, state_digest
+from .distributed import DistributedPrioritizedSampler, RankBatch, described, share_positions, state_digest
 from .score_select import refresh_values
 from .selection import Selection, Selector
 from .storage import to_numpy
@@ -58,11 +58,9 @@ class DistributedScoreThenSelect:
         self.shared, self.selector, self.refresh = sampler, selector, bool(refresh)
         self.world, self.rank, self.world_size = sampler.world, sampler.rank, sampler.world_size
         self.world.agree(self._check_sizes, "DistributedScoreThenSelect")
-        prints = self.world.all_gather_objects(_fingerprint(selector))
-        if len(set(prints)) > 1:
-            raise ValueError(f"the Selector differs across ranks (rule, score, irreducible losses or generator "
-                             f"state: {', '.join(f'rank {r}: {p[:12]}' for r, p in enumerate(prints))}); build "
-                             f"the same selector with the same seed on every rank (seed=None gives each its own)")
+        self.world.require_same(_fingerprint(selector), "Selector",
+                                "build the same selector with the same seed on every rank (seed=None gives each "
+                                "its own)")
         self.row_width = _HEADER + sampler.local_batch_size  # int64 words each rank sends per step
         self.counters = {"score_gathers": 0, "gathered_bytes": 0}
 
@@ -156,8 +154,9 @@ class DistributedScoreThenSelect:
             raise
 
 
-def _fingerprint(selector: Selector) -> str:
-    """What must be equal on every rank: rule, score, the irreducible losses if any, generator and memory."""
+def _fingerprint(selector: Selector) -> dict[str, str]:
+    """What must be equal on every rank, by name: rule, score, the irreducible losses if any, generator and memory."""
     irreducible = getattr(selector.score, "irreducible", None)
-    return state_digest({"selector": selector.state_dict(),
-                         "irreducible": np.zeros(0) if irreducible is None else irreducible})
+    return {"rule": described(selector.rule), "score": described(selector.score),
+            "irreducible losses": state_digest({"irreducible": np.zeros(0) if irreducible is None else irreducible}),
+            "generator and memory": state_digest({"selector": selector.state_dict()})}
