@@ -144,6 +144,14 @@ def ghost_norms_against_loop(config: dict) -> dict:
     return {"relative_differences": differences}
 
 
+def resumed_pretrain(checkpoint: str, output_dir: str) -> dict:
+    """`pretrain --resume CHECKPOINT` into a fresh ``output_dir``: every rank restores its own state."""
+    from replayloader_electra.pretrain import loop, resume_config
+
+    loop.pretrain(resume_config(checkpoint, output_dir=output_dir, progress=False))
+    return {}
+
+
 def row_keys(ids: torch.Tensor) -> list[str]:
     return [",".join(map(str, row.tolist())) for row in ids.cpu()]
 
@@ -217,4 +225,4 @@ def distributed_equivalence() -> dict:
 
 
 JOBS = {"pretrain": observed_pretrain, "equivalence": distributed_equivalence,
-        "ghost_norms": ghost_norms_against_loop}
+        "ghost_norms": ghost_norms_against_loop, "resumed": resumed_pretrain}

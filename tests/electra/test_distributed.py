@@ -31,6 +31,7 @@ from .distributed_ranks import equivalence_run, run_ranks  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 20
+DELAY = 3  # --delay-steps of the delay-line run
 
 
 def run_settings(corpus: dict, out: Path, **overrides) -> dict:
@@ -57,12 +58,17 @@ def two_rank_runs(corpus, tmp_path_factory):
         {"name": "equivalence", "kind": "equivalence"},
         {"name": "ghost", "kind": "ghost_norms", "args": {"config": run_settings(
             corpus, root / "ghost", variant="tmr-grad_norm", steps=4, dropout=0.0)}},
+        {"name": "delay", "kind": "pretrain", "args": {"config": run_settings(
+            corpus, root / "delay", variant="electra", delay_steps=DELAY, checkpoint_every=2, keep_checkpoints=20)}},
+        {"name": "delay_resumed", "kind": "resumed", "args": {  # resumed while each rank's queue is still filling
+            "checkpoint": str(root / "delay" / "checkpoints" / "step-00000002"),
+            "output_dir": str(root / "delay_resumed")}},
     ]
     reports = run_ranks(2, jobs, root)
     return {"root": root, "reports": reports, "heldout": heldout}
 
 
-@pytest.mark.parametrize("run", ["electra", "tmr"])
+@pytest.mark.parametrize("run", ["electra", "tmr", "delay"])
 def test_parameters_are_bit_identical_on_both_ranks_after_every_step(two_rank_runs, run):
     for report in two_rank_runs["reports"]:
         assert report[run]["identical"] == [True] * STEPS
@@ -118,6 +124,19 @@ def test_rank_zero_scores_the_held_out_set_and_the_log_holds_its_numbers(two_ran
     expected = evaluate_heldout(ElectraForPreTraining.from_pretrained(str(final)), heldout)
     for name, value in expected.items():  # the other rank's missing score does not dilute rank 0's
         assert records[-1][name] == pytest.approx(value, abs=1e-6), name
+
+
+def test_a_delay_line_under_ddp_ages_every_rank_batch_and_resumes_mid_fill_exactly(two_rank_runs):
+    """--delay-steps under 2 ranks: each rank queues its own corrupted batches (the checkpoint holds both ranks'
+    queues), the logged age runs 0..D-1 while filling and D after, and a run resumed at step 2, with the queues
+    half full, continues the uninterrupted run's losses exactly."""
+    root = two_rank_runs["root"]
+    straight = read_metrics(root / "delay" / "metrics.jsonl")
+    assert [r["sample_age_mean"] for r in straight] == [min(step, DELAY) for step in range(STEPS)]
+    resumed = read_metrics(root / "delay_resumed" / "metrics.jsonl")
+    assert [r["step"] for r in resumed] == [r["step"] for r in straight[2:]]
+    for key in ("generator_loss", "discriminator_loss", "loss", "sample_age_mean"):
+        assert [r[key] for r in resumed] == [r[key] for r in straight[2:]], key
 
 
 def test_resuming_on_another_number_of_ranks_is_a_clear_error(two_rank_runs, tmp_path):
