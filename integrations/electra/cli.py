@@ -1,5 +1,5 @@
-"""Command line: ``compare`` (the default with no arguments), ``pretrain``, ``heldout``, ``export`` and
-``finetune``.
+"""Command line: ``compare`` (the default with no arguments), ``pretrain``, ``heldout``, ``export``,
+``upgrade-checkpoint`` and ``finetune``.
 
     python examples/electra_tmr.py                       # ELECTRA vs TMR(loss_diff), tiny, embedded corpus,
                                                          # then a small GLUE fine-tune when GLUE data is found
@@ -7,6 +7,7 @@
     python examples/electra_tmr.py pretrain --resume runs/electra_tmr/tmr-loss_diff --steps 2000
     python examples/electra_tmr.py heldout --run RUN --output heldout.safetensors  # RUN trained with --max-lines
     python examples/electra_tmr.py export --checkpoint RUN/checkpoints/step-00001250 --output-dir RUN/at-1250
+    python examples/electra_tmr.py upgrade-checkpoint --checkpoint RUN  # checkpoints of an older version
     python examples/electra_tmr.py finetune --checkpoint runs/.../discriminator --task sst2
 
 Bad arguments or data end with one ``error: ...`` line and exit status 2 (``ELECTRA_TMR_DEBUG=1`` shows the
@@ -70,6 +71,11 @@ class ExportOptions:
     output_dir: str = option(help="where discriminator/ and generator/ are written")
 
 
+@dataclass
+class UpgradeOptions:
+    checkpoint: str = option(help="a step directory, or a run directory (every checkpoint under it)")
+
+
 # ----------------------------------------------------------------------------- arguments
 def build_parser() -> argparse.ArgumentParser:
     from .pretrain import PretrainConfig
@@ -93,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     export = add_command(sub, "export", [ExportOptions], help="Hugging Face discriminator/ and generator/ "
                          "directories from any pretraining checkpoint (to fine-tune from part-way through a run)")
     export.set_defaults(func=run_export)
+    upgrade = add_command(sub, "upgrade-checkpoint", [UpgradeOptions], help="check a checkpoint written by an "
+                          "older version (format 3, no manifest) and add the manifest this version verifies")
+    upgrade.set_defaults(func=run_upgrade)
 
     try:
         from .finetune.cli import add_finetune_subparser
@@ -143,6 +152,14 @@ def run_export(args: argparse.Namespace) -> int:
 
     options = options_from(args, ExportOptions)
     print(f"wrote {export_checkpoint(options.checkpoint, options.output_dir)} and its generator")
+    return 0
+
+
+def run_upgrade(args: argparse.Namespace) -> int:
+    from .pretrain.upgrade import upgrade_checkpoints
+
+    for path, outcome in upgrade_checkpoints(options_from(args, UpgradeOptions).checkpoint):
+        print(f"{path}: {outcome}")
     return 0
 
 

@@ -139,6 +139,58 @@ def test_a_checkpoint_of_another_preset_or_variant_is_refused_in_one_line(run_co
     assert tree_digest(run_copy) == before
 
 
+# ----------------------------------------------------------------------------- checkpoints of an older version
+def _as_format_3(path: Path) -> None:
+    """What a checkpoint written before format 4 holds: the same files, no manifest, no step in the rank files."""
+    state = json.loads((path / "state.json").read_text())
+    del state["manifest"]
+    (path / "state.json").write_text(json.dumps({**state, "format": 3}))
+    for meta_file in path.glob("rank-*.json"):
+        meta = json.loads(meta_file.read_text())
+        del meta["step"]
+        meta_file.write_text(json.dumps(meta))
+
+
+def test_an_older_checkpoint_is_refused_with_the_upgrade_command_and_resumes_exactly_once_upgraded(
+        finished_run, run_copy, capsys, tmp_path):
+    for step in (4, 6):
+        _as_format_3(step_dir(run_copy, step))
+    assert cli.main(["export", "--checkpoint", str(step_dir(run_copy, 6)), "--output-dir", str(tmp_path / "x")]) == 2
+    assert f"run `electra_tmr.py upgrade-checkpoint --checkpoint {step_dir(run_copy, 6)}`" in one_line(capsys)
+
+    assert cli.main(["upgrade-checkpoint", "--checkpoint", str(run_copy)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{step_dir(run_copy, 2)}: already format 4 (verified)",
+        f"{step_dir(run_copy, 4)}: upgraded from format 3 to 4",
+        f"{step_dir(run_copy, 6)}: upgraded from format 3 to 4"]
+    for step in (4, 6):
+        upgraded, original = (checkpoint.verify_checkpoint(step_dir(run, step)) for run in (run_copy, finished_run))
+        assert {k: v for k, v in upgraded.items() if k != "manifest"} == \
+            {k: v for k, v in original.items() if k != "manifest"}
+    assert cli.main(["pretrain", "--resume", str(step_dir(run_copy, 4)), "--no-progress"]) == 0
+    expected, got = (read_metrics(run / "metrics.jsonl") for run in (finished_run, run_copy))
+    for key in ("step", "generator_loss", "discriminator_loss", "lr"):  # steps 5-6 retrained from the upgrade
+        assert [r[key] for r in got] == [r[key] for r in expected], key
+    assert cli.main(["upgrade-checkpoint", "--checkpoint", str(step_dir(run_copy, 4))]) == 0  # again: a no-op
+
+
+@pytest.mark.parametrize("fault, named", [
+    ("truncated", "rank-00000.safetensors"), ("other_step", "rank-00000.json"), ("no_tensors", "tensors.safetensors")])
+def test_an_older_checkpoint_that_fails_a_check_is_not_upgraded_and_not_changed(run_copy, capsys, fault, named):
+    target = step_dir(run_copy, 4)
+    _as_format_3(target)
+    if fault == "truncated":
+        _truncate(target / named)
+    elif fault == "other_step":
+        (target / named).write_text(json.dumps({**json.loads((target / named).read_text()), "step": 2}))
+    else:
+        (target / named).unlink()
+    before = tree_digest(run_copy)
+    assert cli.main(["upgrade-checkpoint", "--checkpoint", str(target)]) == 2
+    assert f"checkpoint {target} cannot be upgraded: {target / named}" in one_line(capsys)
+    assert tree_digest(run_copy) == before
+
+
 # ----------------------------------------------------------------------------- longer runs, copies
 def test_resuming_a_copy_with_more_steps_writes_only_the_copy_and_continues_the_schedule(
         finished_run, run_copy, capsys):

@@ -41,7 +41,7 @@ from safetensors.torch import load_file as load_torch_file
 from safetensors.torch import save_file as save_torch_file
 
 from replayloader import shards
-from replayloader.atomic import atomic_directory, is_temporary, sha256_bytes, sha256_file
+from replayloader.atomic import atomic_directory, atomic_write_text, is_temporary, sha256_bytes, sha256_file
 from replayloader.checkpoint import StateFileError, flatten_state, unflatten_state
 
 from ..common import UserError
@@ -137,7 +137,7 @@ def write_state(path: Path, state: dict) -> None:
         "world_size": state["world_size"], "state_sha256": _state_digest(state),
         "files": {f.name: sha256_file(f) for f in sorted(path.iterdir()) if f.is_file() and f.name != STATE_FILE},
     })
-    (path / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
+    atomic_write_text(path / STATE_FILE, json.dumps(state))  # `upgrade` rewrites it in a checkpoint in place
 
 
 def _state_digest(state: dict) -> str:
@@ -163,6 +163,10 @@ def verify_checkpoint(path: Path) -> dict:
     state = _read_json(state_file)
     if not isinstance(state, dict):
         raise StateFileError(state_file, "is not a JSON object")
+    if state.get("format") == 3:
+        raise StateFileError(state_file, "is format 3, written before checkpoints carried a manifest of digests: "
+                                         f"run `electra_tmr.py upgrade-checkpoint --checkpoint {path}` (or its run "
+                                         "directory) once to check it and add one")
     if state.get("format") != CHECKPOINT_FORMAT:
         raise StateFileError(state_file, f"format {state.get('format')!r} is not supported (this version reads "
                                          f"format {CHECKPOINT_FORMAT}, whose manifest lets it verify every file)")
