@@ -1,6 +1,6 @@
 """``upgrade-checkpoint``: give a checkpoint written before format 4 the manifest format 4 verifies.
 
-Format 3 checkpoints (before session 6's integrity work) hold the same files but no manifest of digests and no
+Format 3 checkpoints (written before the integrity work of 2026-11-24) hold the same files but no manifest of digests and no
 step in the rank files, so `checkpoint.verify_checkpoint` refuses them, and without this a run made with an
 older version could never be resumed or exported again. The upgrade checks everything that can be checked
 without a manifest (state.json is complete, the step agrees with the directory and every rank file, every
