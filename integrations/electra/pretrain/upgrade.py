@@ -1,10 +1,10 @@
 """``upgrade-checkpoint``: give a checkpoint written before format 4 the manifest format 4 verifies.
 
-Format 3 checkpoints (written before the integrity work of 2026-11-24) hold the same files but no manifest of digests and no
-step in the rank files, so `checkpoint.verify_checkpoint` refuses them, and without this a run made with an
-older version could never be resumed or exported again. The upgrade checks everything that can be checked
-without a manifest (state.json is complete, the step agrees with the directory and every rank file, every
-file the world size needs exists and parses), then records the step in each rank file and writes the
+Format 3 checkpoints (written before the integrity work of 2026-11-24) hold the same files but no manifest of
+digests and no step in the rank files, so `checkpoint.verify_checkpoint` refuses them, and without this a run
+made with an older version could never be resumed or exported again. The upgrade checks everything that can be
+checked without a manifest (state.json is complete, the step agrees with the directory and every rank file,
+every file the world size needs exists and parses), then records the step in each rank file and writes the
 manifest, each file atomically; if it is stopped part-way, the checkpoint stays format 3 and the upgrade can
 run again. The digests record the files as they are now: damage done before the upgrade cannot be detected.
 """
