@@ -259,6 +259,16 @@ def step_dirs(directory: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len("step-"):]), reverse=True)
 
 
+def is_step_dir(path: Path) -> bool:
+    """``path`` names one checkpoint (``step-N``, or any directory holding a state.json), not a run."""
+    return bool(_STEP_DIR.fullmatch(path.name)) or (path / STATE_FILE).is_file()
+
+
+def run_step_dirs(run: Path) -> list[Path]:
+    """A run's step directories, newest first: those under ``run/checkpoints``, else directly under ``run``."""
+    return next((step_dirs(c) for c in (run / "checkpoints", run) if c.is_dir() and step_dirs(c)), [])
+
+
 def newest_step_dir(directory: Path, below: int | None = None) -> Path | None:
     for path in step_dirs(directory):
         if below is None or int(path.name[len("step-"):]) < below:
@@ -271,7 +281,7 @@ def choose_checkpoint(path: str | Path) -> Checkpoint:
     siblings that fail are reported as skipped), else the newest step directory under ``path/checkpoints`` or
     ``path`` that verifies. `UserError` when there is none, naming every file that failed and why."""
     p = Path(path)
-    if _STEP_DIR.fullmatch(p.name) or (p / STATE_FILE).is_file():
+    if is_step_dir(p):
         try:
             state = verify_checkpoint(p)
         except StateFileError as error:
@@ -279,7 +289,7 @@ def choose_checkpoint(path: str | Path) -> Checkpoint:
                             "the newest checkpoint that verifies)") from None
         newer = [s for s in step_dirs(p.parent) if int(s.name[len("step-"):]) > int(state["step"])]
         return Checkpoint(p, state, [e for e in map(_failure, newer) if e is not None])
-    candidates = next((step_dirs(c) for c in (p / "checkpoints", p) if c.is_dir() and step_dirs(c)), [])
+    candidates = run_step_dirs(p)
     if not candidates:
         raise UserError(f"no checkpoint found under {path}")
     skipped: list[Skipped] = []

@@ -19,7 +19,7 @@ from replayloader.checkpoint import StateFileError
 
 from ..common import UserError
 from .checkpoint import (_STEP_DIR, CHECKPOINT_FORMAT, STATE_FILE, TENSORS_FILE, _check_safetensors, _rank_files,
-                         _read_json, step_dirs, verify_checkpoint, write_state)
+                         _read_json, is_step_dir, run_step_dirs, verify_checkpoint, write_state)
 
 UPGRADABLE_FORMAT = 3
 _STATE_KEYS = ("step", "config", "world_size", "optimizer", "scheduler")
@@ -30,10 +30,7 @@ def upgrade_checkpoints(path: str | Path) -> list[tuple[Path, str]]:
     Returns what happened to each directory; raises `UserError` naming the first that cannot be upgraded
     (those before it stay upgraded, those after it untouched)."""
     p = Path(path)
-    if _STEP_DIR.fullmatch(p.name) or (p / STATE_FILE).is_file():
-        targets = [p]
-    else:
-        targets = next((step_dirs(c) for c in (p / "checkpoints", p) if c.is_dir() and step_dirs(c)), [])
+    targets = [p] if is_step_dir(p) else run_step_dirs(p)
     if not targets:
         raise UserError(f"no checkpoint found under {path}")
     done = []
