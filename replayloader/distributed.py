@@ -47,6 +47,8 @@ import numpy as np
 from .atomic import atomic_write
 from .checkpoint import StateFileError, flatten_state, unflatten_state
 from .feedback import as_feedback_array, check_values
+from .launcher import (LAUNCHER_GONE_EXIT, fork_safe_context, session, shutdown,  # noqa: F401 (public here)
+                       started_by_launcher, watch_launcher)
 from .sampler import PrioritizedSampler, SampledBatch
 from .storage import is_torch_tensor, to_numpy
 
@@ -75,6 +77,8 @@ class ProcessGroup:
         on_nccl = dist.get_backend(group) == "nccl"
         self.device = torch.device("cuda", torch.cuda.current_device()) if on_nccl else torch.device("cpu")
         self._gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        if started_by_launcher():  # a rank must not outlive the launcher that supervises it (launcher.py)
+            watch_launcher()
 
     def all_gather_rows(self, row: np.ndarray) -> np.ndarray:
         """Every rank's int64 ``row`` (all of one length), as a (size, len) array in rank order."""

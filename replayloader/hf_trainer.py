@@ -29,6 +29,7 @@ from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
 
 from .distributed import DistributedPrioritizedSampler, check_dataset_size
+from .launcher import fork_safe_context
 from .sampler import PrioritizedSampler
 from .selection import Selection, Selector
 from .torch_sampler import PrioritizedBatchSampler
@@ -81,7 +82,8 @@ class PrioritizedTrainer(Trainer):
         if self.args.remove_unused_columns and hasattr(dataset, "column_names"):  # a `datasets.Dataset`
             dataset = self._remove_unused_columns(dataset, description="training")  # as the Trainer's own loader
         loader = DataLoader(dataset, batch_sampler=self.batch_sampler, collate_fn=self.data_collator,
-                            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory)
+                            num_workers=self.args.dataloader_num_workers, pin_memory=self.args.dataloader_pin_memory,
+                            multiprocessing_context=fork_safe_context(self.args.dataloader_num_workers))
         return loader if self.distributed else self.accelerator.prepare(loader)  # see the module doc
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):

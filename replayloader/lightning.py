@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader
 
 from .checkpoint import flatten_state, unflatten_state
 from .distributed import DistributedPrioritizedSampler, check_dataset_size, verify_identical
+from .launcher import fork_safe_context
 from .sampler import PrioritizedSampler, SampledBatch
 from .torch_sampler import PrioritizedBatchSampler
 
@@ -52,6 +53,8 @@ class PrioritizedModule(pl.LightningModule):
         if self._restored is not None:
             self.batches.load_state_dict(self._restored)
             self._restored = None
+        # workers never forked from this threaded rank (launcher.py); a context the caller gives is kept
+        loader_kwargs.setdefault("multiprocessing_context", fork_safe_context(loader_kwargs.get("num_workers", 0)))
         return DataLoader(dataset, batch_sampler=self.batches, **loader_kwargs)
 
     def batch_info(self) -> SampledBatch:

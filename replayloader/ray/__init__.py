@@ -14,9 +14,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError('replayloader.ray needs Ray: pip install "replayloader[ray]"') from exc
 
 from .loader import ActorPool, ProducerDied, RayReplayLoader
-from .remote import RemoteBuffer, call
+from .remote import BufferActorDied, RemoteBuffer, call
 from .server import BufferServer, Mass
 from .shards import ShardedBuffer
 
-__all__ = ["RemoteBuffer", "ShardedBuffer", "RayReplayLoader", "ProducerDied", "BufferServer", "Mass",
+__all__ = ["RemoteBuffer", "ShardedBuffer", "RayReplayLoader", "ProducerDied", "BufferActorDied", "BufferServer", "Mass",
            "ActorPool", "call"]

@@ -8,7 +8,9 @@ reaches the learner through the object store, read-only (copy it before writing 
 Ray moves each object once over the network.
 
 Errors are the buffer's own: `call` re-raises the exception the actor raised (same type and message, with Ray's
-remote traceback as its cause), so ``except ValueError`` works the same on both sides.
+remote traceback as its cause), so ``except ValueError`` works the same on both sides. A buffer actor that died
+(its process or node lost, or killed) raises `BufferActorDied`, naming the actor and the recovery, instead of
+Ray's raw ``ActorDiedError``.
 """
 from __future__ import annotations
 
@@ -19,18 +21,38 @@ import numpy as np
 import ray
 
 from ..buffer import Sample
+from ..workers import WorkerError
 from .server import BufferServer, Mass
 
 
-def call(refs: Any) -> Any:
-    """`ray.get`, raising the actor's original exception rather than Ray's wrapper."""
+class BufferActorDied(WorkerError):
+    """A buffer actor died, and what it held went with it. Recover with ``buffer.restart(state)`` (a new actor
+    loaded from your last ``state_dict()``), or ``buffer.restart()`` and then ``loader.load_state_dict(...)``
+    with the loader's last checkpoint, which restores every shard and the position."""
+
+
+def call(refs: Any, actors: Mapping[str, str] | None = None) -> Any:
+    """`ray.get`, raising the actor's original exception rather than Ray's wrapper, and `BufferActorDied` when
+    the actor is gone. ``actors`` maps a Ray actor id (hex) to the name the message gives it."""
     try:
         return ray.get(refs)
+    except ray.exceptions.RayActorError as err:  # ActorDiedError, ActorUnavailableError
+        raise BufferActorDied(death_message(err, actors or {})) from err
     except ray.exceptions.RayTaskError as err:
         cause = err.cause
         if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
             raise cause from err
         raise
+
+
+def death_message(err: Exception, actors: Mapping[str, str]) -> str:
+    actor_id = getattr(err, "actor_id", None)
+    name = actors.get(actor_id, "a buffer actor") if actor_id else "a buffer actor"
+    reason = str(getattr(err, "error_msg", "") or err).strip().splitlines()[0]
+    return (f"{name} (Ray actor {actor_id or 'unknown'}) died, and its contents with it ({reason}). Recover with "
+            f"buffer.restart(state) from your last buffer.state_dict(), or buffer.restart() and then "
+            f"loader.load_state_dict(checkpoint) with the loader's last state_dict(): nothing in that checkpoint "
+            f"is lost")
 
 
 class RemoteBuffer:
@@ -55,6 +77,15 @@ class RemoteBuffer:
         self.value_keywords, self.array_keywords = config["value_keywords"], config["array_keywords"]  # feedback
         return actor
 
+    @property
+    def names(self) -> dict[str, str]:
+        """This actor's id and the name errors give it."""
+        actor_id = self.handle._actor_id.hex()  # Ray's ActorDiedError names the actor by this id
+        return {actor_id: f"the RemoteBuffer actor {actor_id[:12]}"}
+
+    def _call(self, ref: Any) -> Any:
+        return call(ref, self.names)
+
     def restart(self, state: Mapping | None = None) -> None:
         """Replace the actor by a new one (the old one is killed if it still runs), loaded from ``state``."""
         self.kill()
@@ -68,36 +99,36 @@ class RemoteBuffer:
     def add(self, batch: Any, weight: Any = None) -> np.ndarray:
         """Add a batch (a mapping of arrays, or an ObjectRef of one); ``weight=`` sets each example's initial
         weight (needs a strategy whose update reads ``weight=``, such as ``by_name("per")``)."""
-        return call(self.handle.add.remote(batch, weight))
+        return self._call(self.handle.add.remote(batch, weight))
 
     def stage(self, token: int, produced: Any) -> int:
         """Move a produced batch (an ObjectRef) to the actor and check it; returns its number of examples."""
-        return call(self.handle.stage.remote(token, produced))
+        return self._call(self.handle.stage.remote(token, produced))
 
     def commit(self, token: int) -> np.ndarray:
         """Add the batch staged under ``token``; returns its ids."""
-        return call(self.handle.commit.remote(token))
+        return self._call(self.handle.commit.remote(token))
 
     def drop_staged(self) -> None:
-        call(self.handle.drop_staged.remote())
+        self._call(self.handle.drop_staged.remote())
 
     def sample(self, k: int) -> Sample:
-        return call(self.handle.sample.remote(k))
+        return self._call(self.handle.sample.remote(k))
 
     def update(self, ids: Any, **feedback: Any) -> int:
-        return call(self.handle.update.remote(ids, **feedback))
+        return self._call(self.handle.update.remote(ids, **feedback))
 
     def mass(self) -> Mass:
-        return call(self.handle.mass.remote())
+        return self._call(self.handle.mass.remote())
 
     def __len__(self) -> int:
-        return call(self.handle.size.remote())
+        return self._call(self.handle.size.remote())
 
     def stats(self) -> dict[str, float]:
-        return call(self.handle.stats.remote())
+        return self._call(self.handle.stats.remote())
 
     def state_dict(self) -> dict:
-        return call(self.handle.state_dict.remote())
+        return self._call(self.handle.state_dict.remote())
 
     def load_state_dict(self, state: Mapping) -> None:
-        call(self.handle.load_state_dict.remote(state))
+        self._call(self.handle.load_state_dict.remote(state))

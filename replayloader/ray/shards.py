@@ -80,7 +80,7 @@ class ShardedBuffer:
         return self.global_ids(ids, s)
 
     def drop_staged(self) -> None:
-        call([s.handle.drop_staged.remote() for s in self.shards])
+        call([s.handle.drop_staged.remote() for s in self.shards], self.names)
         self.staged.clear()
 
     def global_ids(self, local_ids: np.ndarray, shard: int) -> np.ndarray:
@@ -88,7 +88,7 @@ class ShardedBuffer:
 
     # ------------------------------------------------------------------ sample
     def masses(self) -> list[Mass]:
-        masses = call([s.handle.mass.remote() for s in self.shards])
+        masses = call([s.handle.mass.remote() for s in self.shards], self.names)
         self._saw(masses)
         return masses
 
@@ -99,7 +99,7 @@ class ShardedBuffer:
         masses = self.masses()
         counts = self.split(int(k), masses)
         chosen = np.flatnonzero(counts)
-        results = call([self.shards[s].handle.sample.remote(int(counts[s]), True) for s in chosen])
+        results = call([self.shards[s].handle.sample.remote(int(counts[s]), True) for s in chosen], self.names)
         for s, (_, mass) in zip(chosen, results):
             masses[s] = mass  # the mass each shard drew with
         self._saw(masses)
@@ -165,7 +165,7 @@ class ShardedBuffer:
         refs = [self.shards[s].handle.update.remote(local[shard == s], **{name: value[shard == s]
                                                                            for name, value in checked.items()})
                 for s in chosen]
-        return int(sum(call(refs)))
+        return int(sum(call(refs, self.names)))
 
     def _check_issued(self, ids: np.ndarray, shard: np.ndarray, local: np.ndarray) -> None:
         """Refuse ids that no shard issued yet (asking the shards again before refusing an id beyond what this
@@ -188,11 +188,11 @@ class ShardedBuffer:
 
     def stats(self) -> list[dict[str, float]]:
         """Each shard's `ReplayBuffer.stats()`."""
-        return call([s.handle.stats.remote() for s in self.shards])
+        return call([s.handle.stats.remote() for s in self.shards], self.names)
 
     def state_dict(self) -> dict:
         """Every shard's state (one parallel round trip), plus where the next add goes and the split's RNG."""
-        states = call([s.handle.state_dict.remote() for s in self.shards])
+        states = call([s.handle.state_dict.remote() for s in self.shards], self.names)
         return {"shards": {str(i): state for i, state in enumerate(states)}, "next_shard": self.next_shard,
                 "rng": self.rng.bit_generator.state}
 
@@ -200,11 +200,17 @@ class ShardedBuffer:
         shards = state["shards"]
         if len(shards) != len(self.shards):
             raise ValueError(f"checkpoint has {len(shards)} shards but this buffer has {len(self.shards)}")
-        call([s.handle.load_state_dict.remote(shards[str(i)]) for i, s in enumerate(self.shards)])
+        call([s.handle.load_state_dict.remote(shards[str(i)]) for i, s in enumerate(self.shards)], self.names)
         self.next_shard = int(state["next_shard"])
         self.rng.bit_generator.state = state["rng"]
         self.next_serial = [0] * len(self.shards)
         self.masses()
+
+    @property
+    def names(self) -> dict[str, str]:
+        """Each shard's actor id and the name errors give it ("shard i of the ShardedBuffer")."""
+        return {actor_id: f"shard {i} of the ShardedBuffer (its RemoteBuffer actor {actor_id[:12]})"
+                for i, shard in enumerate(self.shards) for actor_id in shard.names}
 
     def restart(self, state: Mapping) -> None:
         """Replace every shard's actor by a new one and load the checkpoint ``state`` (after a shard died)."""

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from replayloader.distributed import state_digest, verify_identical
+from replayloader.distributed import fork_safe_context, shutdown, state_digest, verify_identical
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,7 +181,7 @@ def readme_example(out: Path, heading: str) -> dict:
     text = (ROOT / "README.md").read_text()
     section = text[text.index("## Several GPUs"):]
     block = re.search(r"```python\n(.*?)```", section[section.index(heading):], re.S).group(1)
-    namespace: dict = {}
+    namespace: dict = {"__name__": "__main__"}  # the block runs as the launched script
     here = os.getcwd()
     os.chdir(out)
     # an earlier job of this launch started the group the example starts: it runs in that one (destroying and
@@ -431,7 +431,8 @@ def kill_run(out: Path, resume: bool = False, die: bool = False) -> dict:
         batches.load_state_dict(state["loader"])
         start = int(state["trained"])
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(sc.N)), batch_sampler=batches,
-                                         num_workers=1, prefetch_factor=2)
+                                         num_workers=1, prefetch_factor=2,
+                                         multiprocessing_context=fork_safe_context(1))  # never fork a rank
 
     def step(batches, info, batch) -> dict:
         assert batch[0].tolist() == info.indices.tolist()
@@ -448,7 +449,26 @@ def kill_run(out: Path, resume: bool = False, die: bool = False) -> dict:
     return {"start": start, "records": records, "sampler": state_digest(batches.sampler.state_dict())}
 
 
-JOBS = {"readme": readme, "core": core, "hf_trainer": hf_trainer, "lightning": lightning, "select": select,
+def train_until_killed(out: Path) -> dict:
+    """The README sampler recipe's loop, forever: says it started, then trains until something stops it (the
+    launcher-death test kills the launcher and expects the ranks to end by themselves)."""
+    from replayloader import PrioritizedBatchSampler
+    from replayloader.distributed import DistributedPrioritizedSampler
+    from tests.distributed import scenario as sc
+
+    ensure_group()
+    batches = PrioritizedBatchSampler(DistributedPrioritizedSampler(sc.make_sampler()))
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(sc.N)), batch_sampler=batches,
+                                         num_workers=1, persistent_workers=True,
+                                         multiprocessing_context=fork_safe_context(1))
+    (out / f"started-{dist.get_rank()}").write_text(str(os.getpid()))
+    while True:
+        for _ in loader:
+            sc.feed_back(batches, batches.next_batch_info())
+            time.sleep(0.01)
+
+
+JOBS = {"readme": readme, "forever": train_until_killed, "core": core, "hf_trainer": hf_trainer, "lightning": lightning, "select": select,
         "hf_select": hf_select, "readme_select": readme_select, "kill_steady": kill_run, "kill_die": lambda out: kill_run(out, die=True),
         "kill_resume": lambda out: kill_run(out, resume=True)}
 
@@ -459,8 +479,7 @@ def main() -> None:
     report = {name: JOBS[name](out) for name in names}
     rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", 0)))  # Lightning's own launcher: LOCAL_RANK
     (out / f"report-{rank}.json").write_text(json.dumps(report))
-    if dist.is_initialized():  # left to the interpreter's exit, gloo's threads aborted it now and then
-        dist.destroy_process_group()
+    shutdown()  # barrier, destroy, gloo's workers parked: no abort at exit (replayloader/launcher.py)
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 from pathlib import Path
+
+from tests import processes
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).with_name("jobs.py")
@@ -26,8 +27,8 @@ def job_env() -> dict:
 def launch(launcher: list[str], out: Path, jobs: list[str], timeout: float = 300) -> list[dict]:
     """Run ``jobs.py OUT JOB...`` under ``launcher``; return each rank's report (rank order)."""
     out.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([*launcher, str(JOBS), str(out), *jobs], env=job_env(), cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    # every process of the job is killed on timeout, and none may be left after it (tests/processes.py)
+    done = processes.run([*launcher, str(JOBS), str(out), *jobs], env=job_env(), cwd=ROOT, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"{launcher[:3]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
                              f"{done.stderr[-6000:]}")

@@ -125,5 +125,7 @@ def loader(batches: Any) -> Any:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
+    from replayloader.distributed import fork_safe_context
+
     return DataLoader(TensorDataset(torch.arange(N)), batch_sampler=batches, num_workers=1,
-                      prefetch_factor=AHEAD)
+                      prefetch_factor=AHEAD, multiprocessing_context=fork_safe_context(1))  # never fork a rank

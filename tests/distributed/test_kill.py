@@ -2,7 +2,6 @@
 (a new torchrun launch) and in one process. The uninterrupted run is in the shared launch (conftest.py)."""
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -13,6 +12,8 @@ import torch
 
 from replayloader import PrioritizedBatchSampler
 from replayloader.distributed import load_shared_state, state_digest
+
+from tests import processes
 
 from . import scenario as sc
 from .jobs import KILL_AT, KILL_EVERY, KILL_TOTAL
@@ -25,15 +26,13 @@ SAVED = KILL_AT // KILL_EVERY * KILL_EVERY  # the last state file before the dea
 def killed(tmp_path_factory) -> dict:
     """The job whose rank 1 SIGKILLs itself at step `KILL_AT` (rank 0 is then waiting in an all-gather)."""
     out = tmp_path_factory.mktemp("killed")
-    with (out / "torchrun.log").open("w") as log:
-        job = subprocess.Popen([*torchrun_command(), str(JOBS), str(out), "kill_die"], env=job_env(), cwd=ROOT,
-                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with (out / "torchrun.log").open("w") as log, processes.job(
+            [*torchrun_command(), str(JOBS), str(out), "kill_die"], env=job_env(), cwd=ROOT, stdout=log,
+            stderr=subprocess.STDOUT) as job:
         try:
             status = job.wait(timeout=120)
-        finally:
-            if job.poll() is None:  # a hang: end it (and fail below)
-                os.killpg(job.pid, signal.SIGKILL)
-                job.wait()
+        except subprocess.TimeoutExpired:  # a hang: the job's processes are all killed on leaving the block
+            status = None
     ended = time.time()
     at_death = out.parent / f"{out.name}-state-at-death.npz"  # the resumed job writes its own files over it
     if (out / "kill_state.npz").exists():

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import processes
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 if not torch.distributed.is_available():
@@ -157,12 +159,13 @@ def test_fine_tuning_loads_the_discriminator_of_a_distributed_run(two_rank_runs)
     assert encoder(**encoded).last_hidden_state.shape[:2] == encoded["input_ids"].shape
 
 
-def torchrun(args: list[str], stdout=subprocess.DEVNULL) -> subprocess.Popen:
+def torchrun(args: list[str], stdout=subprocess.DEVNULL):
+    """A real torchrun job of the pretraining command, as a `tests.processes.job` block: whatever happens in
+    the block, no process of the job outlives it."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                             "--monitor-interval=0.2", str(ROOT / "examples" / "electra_tmr.py"), "pretrain",
-                             "--threads", "1", *args], env=env, stdout=stdout, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    return processes.job([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          "--monitor-interval=0.2", str(ROOT / "examples" / "electra_tmr.py"), "pretrain",
+                          "--threads", "1", *args], env=env, stdout=stdout, stderr=subprocess.PIPE)
 
 
 def pretrain_flags(corpus: dict, output_dir: str | Path, steps: int, checkpoint_every: int = 4) -> list[str]:
@@ -172,14 +175,6 @@ def pretrain_flags(corpus: dict, output_dir: str | Path, steps: int, checkpoint_
             "--output-dir", str(output_dir), "--cache-dir", corpus["cache"], "--no-progress", "--no-export-hf",
             "--device", "cpu", "--dist-timeout", "60", "--checkpoint-every", str(checkpoint_every),
             "--keep-checkpoints", "10"]
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie waiting for a reaper counts as ended)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def children(pid: int) -> list[int]:
@@ -198,8 +193,7 @@ def children(pid: int) -> list[int]:
 def test_a_killed_rank_ends_the_job_and_resume_continues_it_exactly(two_rank_runs, corpus, tmp_path):
     settings = run_settings(corpus, tmp_path / "killed", variant="tmr-loss_diff", checkpoint_every=4,
                             keep_checkpoints=10)
-    job = torchrun(pretrain_flags(corpus, settings["output_dir"], STEPS))
-    try:
+    with torchrun(pretrain_flags(corpus, settings["output_dir"], STEPS)) as job:
         first = tmp_path / "killed" / "checkpoints" / "step-00000004"
         deadline = time.monotonic() + 120
         while not first.is_dir() and job.poll() is None and time.monotonic() < deadline:
@@ -212,13 +206,10 @@ def test_a_killed_rank_ends_the_job_and_resume_continues_it_exactly(two_rank_run
         status = job.wait(timeout=90)
         assert status != 0
         assert time.monotonic() - killed_at < 60
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
     assert read_metrics(tmp_path / "killed" / "metrics.jsonl")[-1]["step"] < STEPS  # it really stopped early
 
-    resumed = torchrun(["--resume", settings["output_dir"], "--no-progress"], stdout=subprocess.PIPE)
-    output, errors = resumed.communicate(timeout=300)
+    with torchrun(["--resume", settings["output_dir"], "--no-progress"], stdout=subprocess.PIPE) as resumed:
+        output, errors = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, errors.decode()[-2000:]
     printed = output.decode().splitlines()
     assert sum(line.startswith("wrote ") for line in printed) == 1 and "{}" not in printed  # rank 0 alone speaks
@@ -254,9 +245,7 @@ def test_a_killed_launcher_stops_both_ranks_and_its_last_checkpoint_verifies(cor
     from replayloader_electra.pretrain.checkpoint import choose_checkpoint, newest_step_dir
 
     out = tmp_path / "orphaned"
-    job = torchrun(pretrain_flags(corpus, out, steps=100_000, checkpoint_every=2))
-    ranks: list[int] = []
-    try:
+    with torchrun(pretrain_flags(corpus, out, steps=100_000, checkpoint_every=2)) as job:
         deadline = time.monotonic() + 120
         while newest_step_dir(out / "checkpoints") is None and job.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -267,13 +256,9 @@ def test_a_killed_launcher_stops_both_ranks_and_its_last_checkpoint_verifies(cor
         os.kill(job.pid, signal.SIGKILL)
         job.wait()
         killed_at = time.monotonic()
-        while any(map(alive, ranks)) and time.monotonic() - killed_at < 30:
-            time.sleep(0.05)
-        assert not any(map(alive, ranks)), "a rank outlived its launcher"
+        left = processes.wait_until_gone(job.tag, 30)
+        assert not left, f"a rank outlived its launcher: {left}"
         assert time.monotonic() - killed_at < 5  # the watchdog polls every 0.5 s
-    finally:
-        for pid in [job.pid, *ranks]:
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        assert "its launcher (pid" in job.stderr.read().decode()  # the ranks say why they stop
     chosen = choose_checkpoint(out)
     assert chosen.step >= 2 and not chosen.skipped

@@ -12,7 +12,7 @@ ray = pytest.importorskip("ray")
 
 from replayloader import RateLimiter, RateLimitTimeout, ReplayBuffer, WorkerError, load_state, save_state  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
-from replayloader.ray import ProducerDied, RayReplayLoader, RemoteBuffer, ShardedBuffer  # noqa: E402
+from replayloader.ray import BufferActorDied, ProducerDied, RayReplayLoader, RemoteBuffer, ShardedBuffer  # noqa: E402
 from tests.core.helpers import assert_state_equal  # noqa: E402
 
 ROWS = 8  # examples per produced batch
@@ -127,12 +127,14 @@ def test_killed_buffer_actor_resumes_from_its_checkpoint(producers):
     buffer = RemoteBuffer(**buffer_args())
     limiter = RateLimiter(samples_per_insert=1.0, min_size=8, error_buffer=16, timeout=30)
     loader = RayReplayLoader(producers, buffer, 8, source=range(30), rate_limiter=limiter)
-    with pytest.raises(Exception):  # the buffer actor dies mid-run: the learner's next call fails
+    # the buffer actor dies mid-run: the learner's next call fails with the library's error, naming the recovery
+    with pytest.raises(BufferActorDied, match=r"RemoteBuffer actor .* died.*buffer\.restart\(") as died:
         for step, _ in enumerate(loader):
             if step == 5:
                 checkpoint = loader.state_dict()
             if step == 8:
                 buffer.kill()
+    assert isinstance(died.value.__cause__, ray.exceptions.RayActorError)  # Ray's own error stays the cause
     assert 0 < checkpoint["step"] < 30
     buffer.restart()
     loader.load_state_dict(checkpoint)

@@ -107,3 +107,27 @@ def test_initial_weights_from_the_actor_side(ray_cluster):
         remote.add({"x": np.zeros((2, 1))}, weight=np.ones(3))
     assert_state_equal(before, remote.state_dict())
     remote.kill()
+
+
+def test_a_dead_buffer_actor_is_named_with_its_recovery_and_restart_recovers_it(ray_cluster):
+    """Ray's raw ActorDiedError said neither which buffer died nor what to do (issue 32)."""
+    from replayloader.ray import BufferActorDied, ShardedBuffer
+
+    remote = RemoteBuffer(8, alpha=1.0, seed=0)
+    remote.add({"x": np.arange(4.0)[:, None]})
+    state = remote.state_dict()
+    name = next(iter(remote.names.values()))
+    remote.kill()
+    with pytest.raises(BufferActorDied) as died:
+        remote.sample(2)
+    assert name in str(died.value) and "buffer.restart(state)" in str(died.value)
+    remote.restart(state)  # the documented recovery: a new actor with everything the checkpoint held
+    assert len(remote) == 4 and remote.sample(2).data["x"].shape == (2, 1)
+
+    shards = ShardedBuffer([RemoteBuffer(8, alpha=1.0, seed=s) for s in range(2)], seed=0)
+    shards.add({"x": np.arange(4.0)[:, None]})
+    shards.shards[1].kill()
+    with pytest.raises(BufferActorDied, match=r"shard 1 of the ShardedBuffer .* died"):
+        shards.sample(2)
+    for buffer in (remote, *shards.shards):
+        buffer.kill()

@@ -20,14 +20,12 @@ import contextlib
 import datetime
 import math
 import os
-import sys
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from replayloader.distributed import LAUNCHER_GONE_EXIT, shutdown, watch_launcher  # noqa: F401 (re-exported)
 from replayloader.shards import ReplayShard
 
 from ..common import UserError, pick_device, set_seed
@@ -94,7 +92,7 @@ class World:
         """True on every rank when ``ok`` is true on every rank (how a failed checkpoint write is told to all)."""
         return ok
 
-    def close(self) -> None:
+    def close(self, finished: bool = True) -> None:
         pass
 
 
@@ -189,35 +187,13 @@ class DistributedWorld(World):
         self.dist.all_reduce(flag, op=self.dist.ReduceOp.MIN)
         return bool(flag.item())
 
-    def close(self) -> None:
-        if self.dist.is_initialized():
+    def close(self, finished: bool = True) -> None:
+        """After a finished run every rank waits for the others, then the group goes (`shutdown`: no abort at
+        exit); after a failure it goes at once, since the other ranks may never reach a barrier."""
+        if finished:
+            shutdown()
+        elif self.dist.is_initialized():
             self.dist.destroy_process_group()
-
-
-LAUNCHER_GONE_EXIT = 3  # a rank's exit status when it stopped because its launcher died
-
-
-def watch_launcher(poll_seconds: float = 0.5) -> threading.Thread:
-    """Stop this process when its parent (torchrun's agent) dies.
-
-    torchrun starts every rank in a session of its own, so a SIGKILL to the launcher reaches no rank and both
-    would go on training and writing into the output directory. The parent's death is seen as a change of
-    ``os.getppid()`` (the orphan is adopted by init or a subreaper); the watchdog then says so on stderr and
-    exits at once with `LAUNCHER_GONE_EXIT`: a rank may be blocked in a collective, so only a hard exit is sure
-    to end it, and checkpoints are written atomically, so the last complete one stays valid.
-    """
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_seconds)
-        print(f"rank {os.environ.get('RANK', '?')}: the launcher (pid {parent}) is gone; stopping",
-              file=sys.stderr, flush=True)
-        os._exit(LAUNCHER_GONE_EXIT)
-
-    thread = threading.Thread(target=watch, name="launcher-watchdog", daemon=True)
-    thread.start()
-    return thread
 
 
 def make_world(device_name: str = "auto", timeout_seconds: float = 600.0) -> World:

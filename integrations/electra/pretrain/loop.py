@@ -60,9 +60,12 @@ def pretrain(config: PretrainConfig) -> PretrainResult:
     cfg = config.filled()
     world = make_world(cfg.device, cfg.dist_timeout)
     try:
-        return _pretrain(cfg, world)
-    finally:
-        world.close()
+        result = _pretrain(cfg, world)
+    except BaseException:
+        world.close(finished=False)
+        raise
+    world.close()
+    return result
 
 
 def resume_point(cfg: PretrainConfig, world) -> Checkpoint:
