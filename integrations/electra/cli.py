@@ -77,11 +77,36 @@ class UpgradeOptions:
 
 
 # ----------------------------------------------------------------------------- arguments
-def build_parser() -> argparse.ArgumentParser:
+COMMAND = "replayloader-tmr"  # the console script (pyproject.toml's [project.scripts])
+
+
+def invoked_as(argv0: str | None = None, main_module: str | None = None) -> str:
+    """The program name for usage lines and errors: the command the user typed, so it can be typed again.
+
+    ``argv0`` is ``sys.argv[0]``; ``main_module`` the name ``__main__`` was imported under (``__main__.__spec__``:
+    set by ``python -m``, None for a script or a console command). Both default to this process's.
+
+    - ``python -m replayloader_electra``: that, from ``main_module`` (argparse would say ``__main__.py``);
+    - a script (``python examples/electra_tmr.py``, also under torchrun): ``python`` and the path as typed;
+    - the console command: its name (``replayloader-tmr``; ``.exe`` dropped); `COMMAND` when there is no name.
+    """
+    if argv0 is None:
+        argv0 = sys.argv[0] if sys.argv else ""
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        main_module = getattr(spec, "name", None)
+    if main_module:
+        return "python -m " + main_module.removesuffix(".__main__")
+    if argv0.endswith(".py"):
+        return "python " + argv0
+    name = os.path.basename(argv0).removesuffix(".exe")
+    return name if name and name != "-c" else COMMAND
+
+
+def build_parser(prog: str = COMMAND) -> argparse.ArgumentParser:
     from .pretrain import PretrainConfig
     from .pretrain.heldout import HeldoutConfig
 
-    parser = OptionParser(prog="electra_tmr", description="ELECTRA and TMR (memory replay) pretraining on "
+    parser = OptionParser(prog=prog, description="ELECTRA and TMR (memory replay) pretraining on "
                           "replayloader. With no arguments: compare ELECTRA and TMR(loss_diff) on a tiny model.")
     sub = parser.add_subparsers(dest="command", parser_class=OptionParser)
     compare = add_command(sub, "compare", [OptionSet(PretrainConfig, skip=("variant", "resume", "output_dir", "delay_steps")),
@@ -169,13 +194,10 @@ def finetune_skip_reason(options: CompareOptions, glue_dir: str | None) -> str |
         return "fine-tuning skipped (--no-finetune)"
     if not _compare_finetune_sets():
         return "fine-tuning skipped: the finetune package is not available here"
-    if glue_dir is None:
+    if glue_dir is None:  # a typed --glue-dir was checked while parsing (`finetune.sources.check_glue_dir`)
         return ("fine-tuning skipped: no GLUE data found (../shared/data/glue beside this checkout does not exist); "
                 "pass --glue-dir DIR with the official glue_data layout (e.g. --glue-dir ../shared/data/glue), or "
                 "--glue-dir hub to download nyu-mll/glue when online")
-    if glue_dir != "hub" and not glue_dir.startswith("hf:") and not Path(glue_dir).is_dir():
-        return (f"fine-tuning skipped: no GLUE data found (--glue-dir {glue_dir} is not a directory); pass a "
-                "glue_data directory, or --glue-dir hub when online")
     return None
 
 
@@ -281,14 +303,20 @@ def comparison_markdown(results: dict, finetune_rows: list[dict], finetune_note:
 
 
 # ----------------------------------------------------------------------------- entry point
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse, run, and turn user errors into one ``error:`` line (exit status 2)."""
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Parse, run, and turn user errors into one ``error:`` line (exit status 2).
+
+    Without ``argv`` the process's own arguments are parsed and the usage line names the command as invoked
+    (`invoked_as`); arguments handed in by other code are shown as `COMMAND`'s unless ``prog`` says otherwise."""
+    if prog is None:
+        prog = invoked_as() if argv is None else COMMAND
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["compare", *argv]
-    args = build_parser().parse_args(argv)
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
     if not hasattr(args, "func"):
-        build_parser().print_help()
+        parser.print_help()
         return 2
     try:
         apply_process_options(options_from(args, ProcessOptions))

@@ -11,7 +11,7 @@ import copy
 import os
 import random
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, make_dataclass
 from typing import NoReturn, get_args, get_origin, get_type_hints
 
@@ -70,12 +70,19 @@ NONE_WORDS = ("none", "default")  # `--eviction none`: an optional option back t
 
 
 def option(default=MISSING, help: str = "", group: str | None = None, *, aliases: Sequence[str] = (),
-           choices: Sequence | None = None, default_factory=MISSING):
-    """A dataclass field that is also a command-line flag: `OptionParser` makes ``--name`` / ``--name-with-dashes``
-    from it (plus ``aliases``), typed from the annotation; ``group`` titles its section of ``--help``."""
+           choices: Sequence | None = None, default_factory=MISSING, convert: Callable[[str], object] | None = None):
+    """A dataclass field that is also a command-line flag: `OptionParser` makes ``--name-with-dashes`` from it
+    (plus ``aliases``; ``--name_with_underscores`` still parses, unlisted), typed from the annotation; ``group``
+    titles its section of ``--help``.
+
+    ``convert`` replaces the annotation's type for the typed text: it returns the value or raises `UserError`
+    saying what is wrong with it, and the parser turns that into its usual one-line usage error naming the flag
+    (exit status 2). A value that is checked there is refused before a command starts any work."""
     metadata: dict = {"help": help}
     if group:
         metadata["group"] = group
+    if convert is not None:
+        metadata["convert"] = convert
     if aliases:
         metadata["aliases"] = list(aliases)
     if choices is not None:
@@ -100,6 +107,11 @@ class OptionSet:
         defaults = {name: copy.copy(value) for name, value in self.defaults.items()}
         return self.cls(**{**defaults, **typed_options(namespace, self.cls, self.prefix), **fixed})
 
+    def converters(self) -> dict[str, Callable[[str], object]]:
+        """The ``convert`` functions of this set's flags, by namespace name (``--PREFIXname``)."""
+        return {self.prefix + f.name: f.metadata["convert"] for f in fields(self.cls)
+                if "convert" in f.metadata and f.name not in self.skip}
+
     def sections(self) -> list[type]:
         """One dataclass per help group, the form `HfArgumentParser` takes sections in (``_argument_group_name``);
         keyword-only, so required and defaulted fields mix freely."""
@@ -109,7 +121,7 @@ class OptionSet:
         for f in fields(self.cls):
             if f.name in self.skip or not f.init or "help" not in f.metadata:
                 continue
-            metadata = {k: v for k, v in f.metadata.items() if k != "group"}  # add_argument's keywords
+            metadata = {k: v for k, v in f.metadata.items() if k not in ("group", "convert")}  # add_argument's
             metadata["aliases"] = ["--" + dashed + alias[2:] for alias in metadata.get("aliases", ())]
             if get_origin(hints[f.name]) is list:  # a repeated flag adds to the list: --checkpoint A --checkpoint B
                 metadata["action"] = "extend"
@@ -134,20 +146,30 @@ class OptionParser(HfArgumentParser):
     - Defaults stay out of the parsed namespace (``--help`` shows them): after parsing it holds exactly the
       options the user typed, so a typed value equal to the default still counts (see `typed_options`).
 
+    - Flags are spelled with dashes (``--batch-size``, ``--no-progress``) in ``--help``, the usage line and error
+      messages, as the READMEs write them. The underscore spellings `HfArgumentParser` also makes
+      (``--batch_size``, ``--no_progress``) keep working for existing scripts, unlisted (see
+      `_hide_underscore_spellings`).
+    - A field's ``convert`` (see `option`) checks its typed value while parsing: a bad value is a usage error
+      before the command starts.
+
     A usage error is one line. ``dataclass_types`` are option dataclasses or `OptionSet` objects; every field with
-    help text becomes ``--name`` and ``--name-with-dashes`` (plus its ``aliases``).
+    help text becomes a flag (plus its ``aliases``).
     """
 
     def __init__(self, dataclass_types: Sequence[type | OptionSet] = (), **kwargs) -> None:
-        sections = [section for spec in dataclass_types
-                    for section in (spec if isinstance(spec, OptionSet) else OptionSet(spec)).sections()]
+        option_sets = [spec if isinstance(spec, OptionSet) else OptionSet(spec) for spec in dataclass_types]
+        sections = [section for option_set in option_sets for section in option_set.sections()]
         super().__init__(sections, **kwargs)
         declared = {f.name: (f, get_type_hints(section)[f.name]) for section in sections for f in fields(section)}
+        converters = {name: convert for option_set in option_sets for name, convert in option_set.converters().items()}
         for action in list(self._actions):
             if action.dest not in declared or action.option_strings[0].startswith("--no_"):
                 continue
             spec, hint = declared[action.dest]
             default = spec.default_factory() if spec.default_factory is not MISSING else spec.default
+            if action.dest in converters:
+                action.type = _usage_error_on_user_error(converters[action.dest])
             if hint is bool and default is False:  # HfArgumentParser adds --no-X only for a True default
                 group = next(g for g in self._action_groups if action in g._group_actions)
                 group.add_argument(f"--no_{spec.name}", f"--no-{spec.name.replace('_', '-')}", action="store_false",
@@ -162,6 +184,22 @@ class OptionParser(HfArgumentParser):
         for action in self._actions:  # the namespace holds the typed options only
             if action.dest in declared:
                 action.default = argparse.SUPPRESS
+        self._hide_underscore_spellings()
+
+    def _hide_underscore_spellings(self) -> None:
+        """List each flag by its dashed spellings only, keeping ``--name_with_underscores`` as a hidden alias.
+
+        `HfArgumentParser` gives every ``name_with_underscores`` field both ``--name_with_underscores`` and
+        ``--name-with-dashes``, and lists both (underscores first) in ``--help``, the usage line and error messages,
+        while the READMEs and most command lines use dashes. argparse shows an action's ``option_strings`` but
+        looks typed flags up in ``_option_string_actions``: dropping an underscore spelling from the first and
+        keeping it in the second hides it everywhere and leaves it parsing to the same action (same type, same
+        destination), so existing scripts keep running. Rule: a long flag with ``_`` in it is hidden whenever the
+        same action has a spelling without one."""
+        for action in self._actions:
+            shown = [s for s in action.option_strings if not (s.startswith("--") and "_" in s)]
+            if shown and len(shown) < len(action.option_strings):
+                action.option_strings = shown  # the underscore spellings stay in self._option_string_actions
 
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
@@ -177,6 +215,19 @@ def add_command(subparsers: argparse._SubParsersAction, name: str,
         return subparsers.add_parser(name, dataclass_types=dataclass_types, **kwargs)
     finally:
         subparsers._parser_class = chosen
+
+
+def _usage_error_on_user_error(convert):
+    """``convert`` for argparse's ``type``: its `UserError` becomes argparse's one-line
+    ``argument --flag: <message>`` usage error (exit status 2), the way a mistyped number is reported."""
+    def parse(text: str):
+        try:
+            return convert(text)
+        except UserError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
 
 
 def _none_or(convert):
@@ -265,6 +316,38 @@ def spearman(x, y) -> float:
     if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return 0.0
     return float(stats.spearmanr(x, y).statistic)
+
+
+# ----------------------------------------------------------------------------- progress bars
+REDIRECTED_BAR_SECONDS = 30.0  # at most one redraw this often when the bar's stream is not a terminal
+
+
+def progress_bar(*, enabled: bool = True, file=None, **kwargs):
+    """A tqdm bar (``kwargs`` are tqdm's): the one place the integration's bars are made, and the one rule for
+    output that is not a terminal.
+
+    On a terminal a redraw overwrites the line, so tqdm redraws up to ten times a second. Redirected to a file (a
+    job's log, a queue, CI) every redraw is kept: the default job wrote a 224 KB log of them. There a bar first
+    appears after `REDIRECTED_BAR_SECONDS` (work shorter than that leaves no trace), then redraws at most that
+    often (``maxinterval`` too, else tqdm's monitor thread forces a redraw every 10 s) and once at the end: a
+    log still shows, in a few lines, that a long run is alive and how far it got. ``enabled=False``
+    (``--no-progress``) writes nothing.
+    """
+    from tqdm.auto import tqdm
+
+    stream = sys.stderr if file is None else file
+    if enabled and not _is_terminal(stream):
+        kwargs.update(delay=REDIRECTED_BAR_SECONDS, mininterval=REDIRECTED_BAR_SECONDS,
+                      maxinterval=REDIRECTED_BAR_SECONDS, dynamic_ncols=False)
+    return tqdm(file=file, disable=not enabled, **kwargs)
+
+
+def _is_terminal(stream) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (ValueError, OSError):  # a closed or detached stream
+        return False
 
 
 # ----------------------------------------------------------------------------- tokenizers

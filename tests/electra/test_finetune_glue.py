@@ -361,7 +361,6 @@ def test_cli_defaults_come_from_the_option_dataclasses():
     [
         (["--checkpoint", "/nonexistent/ckpt", "--task", "sst2"], "checkpoint directory not found: /nonexistent/ckpt"),
         (["--checkpoint", "CKPT", "--task", "qqp", "--glue-dir", "GLUE"], "missing file"),
-        (["--checkpoint", "CKPT", "--task", "sst2", "--glue-dir", "/nonexistent/glue"], "GLUE directory not found"),
         (["--checkpoint", "a=CKPT", "--checkpoint", "a=CKPT", "--task", "sst2"], "two checkpoints are named 'a'"),
     ],
 )

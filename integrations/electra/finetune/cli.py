@@ -77,7 +77,9 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = OptionParser(prog="finetune")
+    from ..cli import invoked_as  # the usage line names the command as typed (python -m ...finetune.cli)
+
+    parser = OptionParser(prog=invoked_as())
     add_finetune_subparser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)

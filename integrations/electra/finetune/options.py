@@ -10,6 +10,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..common import option
+from .sources import check_glue_dir
 from .tasks import GLUE_TASKS
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -33,9 +34,10 @@ class DataOptions:
     """Where the task data comes from."""
 
     glue_dir: str | None = option(
-        default_data_dir("glue"), "GLUE directory in the official glue_data layout, or 'hub' / 'hf:NAME' to "
-        "download nyu-mll/glue when online (default: ../shared/data/glue beside the checkout when present; without "
-        "it the finetune command uses the hub and compare skips fine-tuning)", DATA)
+        default_data_dir("glue"), "GLUE directory in the official glue_data layout (task folders SST-2/, CoLA/, "
+        "...), or 'hub' / 'hf:NAME' to download nyu-mll/glue when online; checked before any work starts (default: "
+        "../shared/data/glue beside the checkout when present; without it the finetune command uses the hub and "
+        "compare skips fine-tuning)", DATA, convert=check_glue_dir)
     squad_dir: str | None = option(
         default_data_dir("squad"), "directory with train-v1.1.json(.gz) (or parts) and dev-v1.1.json(.gz), or "
         "'hub' / 'hf:NAME' (default: ../shared/data/squad when present, else the hub's rajpurkar/squad)", DATA)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..common import load_tokenizer, quiet_transformers, UserError
+from .tasks import GLUE_TASKS
 
 
 # --------------------------------------------------------------------------------------------------
@@ -27,12 +28,19 @@ class DataSource:
         return str(self.local_dir) if self.local_dir is not None else f"hub:{self.hub_name}"
 
 
+def hub_name_of(value: str | None, default_hub_name: str) -> str | None:
+    """The hub dataset a ``--glue-dir``/``--squad-dir`` value names (None, ``hub``, ``hf:NAME``), else None (a
+    local directory)."""
+    if value is None or value == "hub":
+        return default_hub_name
+    return value[3:] if value.startswith("hf:") else None
+
+
 def resolve_data_source(value: str | None, default_hub_name: str, what: str) -> DataSource:
     """Turn a user's ``--glue-dir``/``--squad-dir`` value into a DataSource (or a clear error)."""
-    if value is None or value == "hub":
-        return DataSource(hub_name=default_hub_name)
-    if value.startswith("hf:"):
-        return DataSource(hub_name=value[3:])
+    hub_name = hub_name_of(value, default_hub_name)
+    if hub_name is not None:
+        return DataSource(hub_name=hub_name)
     path = Path(value).expanduser()
     if not path.is_dir():
         raise UserError(
@@ -40,6 +48,34 @@ def resolve_data_source(value: str | None, default_hub_name: str, what: str) -> 
             f"or 'hub' / 'hf:NAME' to load from the Hugging Face hub when online)"
         )
     return DataSource(local_dir=path)
+
+
+GLUE_DIR_EXPECTED = ("expected the official glue_data layout (a directory holding task folders such as SST-2/, "
+                     "CoLA/, MRPC/ with train.tsv and dev.tsv) or 'hub' to download nyu-mll/glue when online")
+
+
+def check_glue_dir(value: str) -> str:
+    """A typed ``--glue-dir`` value, checked while the arguments are parsed (its ``convert``), so that a mistyped
+    path stops the command at once instead of after pretraining (``compare`` fine-tunes last).
+
+    Accepted: ``hub`` / ``hf:NAME`` (downloaded when used), or a directory holding at least one GLUE task folder
+    (`GlueTask.local_dir`: SST-2/, CoLA/, ...). A missing task file is reported when that task is loaded. Anything
+    else is a `UserError` naming the value and what a valid one is."""
+    if hub_name_of(value, "") is not None:
+        return value
+    path = Path(value).expanduser()
+    folders = [task.local_dir for task in GLUE_TASKS.values()]
+    if not path.exists():
+        problem = "does not exist"
+    elif not path.is_dir():
+        problem = "is not a directory"
+    elif not any((path / folder).is_dir() for folder in folders):
+        problem = f"holds none of the GLUE task folders ({', '.join(folders)})"
+        if (path / "train.tsv").is_file():
+            problem += "; it looks like one task's folder: pass the directory above it"
+    else:
+        return value
+    raise UserError(f"{value!r} {problem}; {GLUE_DIR_EXPECTED}")
 
 
 def load_hub_split(hub_name: str, config: str | None, split: str):

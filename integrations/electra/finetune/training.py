@@ -27,10 +27,9 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
-from ..common import Autocast, quiet_transformers, UserError
+from ..common import Autocast, progress_bar, quiet_transformers, UserError
 from .options import FINETUNE_PRESETS, SAMPLINGS, TrainingOptions
 
 
@@ -241,8 +240,8 @@ def train(
     sampler = prioritized_sampler(len(features), config, seed, total_steps) if config.sampling == "prioritized" else None
     stats = TrainStats()
     started = time.perf_counter()
-    # disable=None: bars only on a terminal (per-run summary lines are logged either way)
-    bar = tqdm(total=total_steps, desc=description, disable=None if progress else True, leave=False, dynamic_ncols=True)
+    # redirected output gets a bar only for long runs, rarely redrawn (per-run summary lines are logged either way)
+    bar = progress_bar(enabled=progress, total=total_steps, desc=description, leave=False, dynamic_ncols=True)
     while stats.steps < total_steps:
         epoch_losses: list[float] = []
         for drawn in iterate_batches(len(features), config.batch_size, generator) if sampler is None else sampler:

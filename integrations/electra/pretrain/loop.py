@@ -148,10 +148,10 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
         atomic_write_text(out_dir / "config.json", json.dumps(cfg.to_json(), indent=1))
     log = MetricsLog(out_dir / "metrics.jsonl", start_step if resumed is not None else None, enabled=world.is_main)
 
-    from tqdm.auto import tqdm
+    from ..common import progress_bar  # quiet when the output is not a terminal
 
-    bar = tqdm(total=cfg.steps, initial=start_step, disable=not (cfg.progress and world.is_main), desc=cfg.variant,
-               unit="step", dynamic_ncols=True)
+    bar = progress_bar(enabled=cfg.progress and world.is_main, total=cfg.steps, initial=start_step,
+                       desc=cfg.variant, unit="step", dynamic_ncols=True)
     run_started = step_started = time.perf_counter()
     try:
         for batch in loader:  # source -> producer (mask + generator + sampling) -> buffer.add -> buffer.sample
