@@ -3,8 +3,15 @@ integrations/electra/, just as ``replayloader`` comes from this checkout's folde
 on sys.path). An editable install elsewhere (another worktree) maps that name through its own import hook,
 which would otherwise win here and test that checkout's code instead."""
 import importlib.util
+import os
 import sys
 from pathlib import Path
+
+# Local copies of GLUE and SQuAD, where this workspace has them beside the checkout: the integration finds them
+# through $REPLAYLOADER_DATA (its one data setting), so every test, and every process a test starts, uses them.
+_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+if _DATA.is_dir():
+    os.environ.setdefault("REPLAYLOADER_DATA", str(_DATA))
 
 NAME, FOLDER = "replayloader_electra", Path(__file__).resolve().parents[1] / "integrations" / "electra"
 

@@ -195,9 +195,9 @@ def finetune_skip_reason(options: CompareOptions, glue_dir: str | None) -> str |
     if not _compare_finetune_sets():
         return "fine-tuning skipped: the finetune package is not available here"
     if glue_dir is None:  # a typed --glue-dir was checked while parsing (`finetune.sources.check_glue_dir`)
-        return ("fine-tuning skipped: no GLUE data found (../shared/data/glue beside this checkout does not exist); "
-                "pass --glue-dir DIR with the official glue_data layout (e.g. --glue-dir ../shared/data/glue), or "
-                "--glue-dir hub to download nyu-mll/glue when online")
+        return ("fine-tuning skipped: no GLUE data given; pass --glue-dir DIR with the official glue_data layout "
+                "(or set REPLAYLOADER_DATA to a directory holding glue/), or --glue-dir hub to download "
+                "nyu-mll/glue when online")
     return None
 
 

@@ -89,7 +89,7 @@ def test_hub_a_glue_directory_none_and_absent_are_accepted(tmp_path):
         assert not hasattr(parser.parse_args(base), "glue_dir")  # absent: the option's default applies later
     # absent, without ../shared/data/glue (or `none`): compare skips the fine-tune and says why, and how to fix it
     reason = cli.finetune_skip_reason(cli.CompareOptions(), None)
-    assert reason.startswith("fine-tuning skipped: no GLUE data found") and "--glue-dir hub" in reason
+    assert reason.startswith("fine-tuning skipped: no GLUE data given") and "--glue-dir hub" in reason
     assert cli.finetune_skip_reason(cli.CompareOptions(), "hub") is None
 
 

@@ -344,12 +344,12 @@ def test_cli_compare_without_glue_says_fine_tuning_was_skipped(corpus, tmp_path,
     assert status == 0
     summary = (tmp_path / "cmp" / "summary.md").read_text()
     assert "| electra | tmr-loss_diff |" in summary and "fine-tuning skipped" in summary
-    reason = "fine-tuning skipped: no GLUE data found"
+    reason = "fine-tuning skipped: no GLUE data given"
     assert capsys.readouterr().out.startswith(reason) and "--glue-dir hub" in summary  # said first, with the fix
     assert (tmp_path / "cmp" / "compare.png").is_file()
 
 
-@pytest.mark.skipif(default_data_dir("glue") is None, reason="../shared/data/glue is not available")
+@pytest.mark.skipif(default_data_dir("glue") is None, reason="no GLUE data: set REPLAYLOADER_DATA (tests/conftest.py does, where it exists)")
 def test_cli_compare_fine_tunes_both_discriminators(corpus, tmp_path):
     pytest.importorskip("replayloader_electra.finetune.api")
     status = cli.main([*_compare_args(corpus, tmp_path / "cmp"), "--finetune-train-examples", "32",

@@ -6,6 +6,8 @@ keyword defaults are all built from these classes (`replayloader_electra.common.
 
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -23,10 +25,16 @@ SAMPLINGS = ("uniform", "prioritized")
 DATA, SUBSET, TRAINING, WINDOWS, RUN = "data", "subsets and seeds", "training (ELECTRA's recipe)", "inputs", "run"
 
 
+DATA_ENV = "REPLAYLOADER_DATA"  # a directory holding glue/ and squad/ in their official layouts
+
+
 def default_data_dir(name: str) -> str | None:
-    """``../shared/data/<name>`` beside the repository when it exists, else None (= the hub)."""
-    candidate = (REPO_ROOT / ".." / "shared" / "data" / name).resolve()
-    return str(candidate) if candidate.is_dir() else None
+    """``$REPLAYLOADER_DATA/<name>`` when that variable names a directory holding it, else None (= the hub or,
+    for compare, no fine-tuning). One variable instead of a path per task, so that a machine with local copies
+    (a cluster's shared disk, an offline box) says where they are once."""
+    root = os.environ.get(DATA_ENV)
+    candidate = Path(root, name) if root else None
+    return str(candidate.resolve()) if candidate is not None and candidate.is_dir() else None
 
 
 @dataclass
@@ -36,11 +44,11 @@ class DataOptions:
     glue_dir: str | None = option(
         default_data_dir("glue"), "GLUE directory in the official glue_data layout (task folders SST-2/, CoLA/, "
         "...), or 'hub' / 'hf:NAME' to download nyu-mll/glue when online; checked before any work starts (default: "
-        "../shared/data/glue beside the checkout when present; without it the finetune command uses the hub and "
-        "compare skips fine-tuning)", DATA, convert=check_glue_dir)
+        "$REPLAYLOADER_DATA/glue when that exists; without it the finetune command uses the hub and compare skips "
+        "fine-tuning)", DATA, convert=check_glue_dir)
     squad_dir: str | None = option(
         default_data_dir("squad"), "directory with train-v1.1.json(.gz) (or parts) and dev-v1.1.json(.gz), or "
-        "'hub' / 'hf:NAME' (default: ../shared/data/squad when present, else the hub's rajpurkar/squad)", DATA)
+        "'hub' / 'hf:NAME' (default: $REPLAYLOADER_DATA/squad when that exists, else the hub's rajpurkar/squad)", DATA)
 
 
 @dataclass
