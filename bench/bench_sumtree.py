@@ -45,7 +45,8 @@ except ImportError:  # not installed: use the checkout this script lives in
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
-from replayloader import ReplayBuffer, SumTree  # noqa: E402
+from replayloader import ReplayBuffer
+from replayloader.sumtree import SumTree
 from replayloader.strategies import FIFO, EvictLowest, MaxWeight, MeanWeight, SetWeight, Strategy  # noqa: E402
 
 import peers  # noqa: E402

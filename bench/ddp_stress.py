@@ -1,6 +1,6 @@
-"""Run each README torchrun recipe standalone, many times, and count how each run ended (issue 32).
+"""Run each torchrun recipe of the docs standalone, many times, and count how each run ended (issue 32).
 
-For every python block of the README's "Several GPUs" section that starts its own group (`session`), it runs
+For every python block of docs/distributed.md that starts its own group (`session`), it runs
 ``torchrun --nproc_per_node=2 train.py`` ``--runs`` times in a fresh folder and counts: exit 0, any other exit,
 an abort at exit (``terminate called`` on stderr), a hang (past ``--timeout``), and processes left alive after
 the launcher ended (found by the environment tag of tests/processes.py, then killed). Then ``--kills`` times it
@@ -15,7 +15,6 @@ import argparse
 import datetime
 import os
 import platform
-import re
 import signal
 import socket
 import subprocess
@@ -31,15 +30,10 @@ from tests import processes  # noqa: E402
 
 
 def recipes() -> dict[str, str]:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("## Several GPUs")
-    section = text[start:text.index("\n## ", start + 3)]
-    found = {}
-    for match in re.finditer(r"```python\n(.*?)```", section, re.S):
-        if "session(" in match.group(1):
-            heading = re.findall(r"^\*\*(.+?)\*\*|^## (.+)$", section[:match.start()], re.M)[-1]
-            found[heading[0] or heading[1]] = match.group(1)
-    return found
+    """The torchrun recipes of docs/distributed.md, by their bold headings (as the suite finds them)."""
+    from tests.distributed.test_lifecycle import torchrun_recipes
+
+    return torchrun_recipes()
 
 
 def free_port() -> int:
@@ -103,7 +97,7 @@ def main() -> int:
     parser.add_argument("--grace", type=float, default=5)
     parser.add_argument("--out")
     args = parser.parse_args()
-    lines = [f"# README torchrun recipes, standalone ({datetime.date.today()}, {platform.node()}, "
+    lines = [f"# The torchrun recipes of docs/distributed.md, standalone ({datetime.date.today()}, {platform.node()}, "
              f"{os.cpu_count()} cores, torch {__import__('torch').__version__})", "",
              f"`python bench/ddp_stress.py --runs {args.runs} --kills {args.kills}`", "",
              "| recipe | runs | exit 0 | other exit | abort at exit | hang | runs leaving processes | s per run |",

@@ -141,8 +141,8 @@ def select(args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
     from replayloader.distributed import DistributedPrioritizedSampler
-    from replayloader.distributed_select import DistributedScoreThenSelect
-    from replayloader.score_select import ScoreThenSelect
+    from replayloader.distributed.select import DistributedScoreThenSelect
+    from replayloader.selection.score_then_select import ScoreThenSelect
     from replayloader.selection import Selector, TopK
 
     dist.init_process_group("gloo")

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from replayloader import ReplayBuffer  # noqa: E402
-from replayloader.host_sync import count_host_transfers  # noqa: E402
+from replayloader.loader.host_sync import count_host_transfers  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
 
 PAPER_RATIOS = {"tmr-loss_diff": 1.016, "tmr-grad_norm": 2.49, "tmr-grad_bound": 1.15}

@@ -33,7 +33,8 @@ except ImportError:
 
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
-from replayloader import ReplayBuffer, SumTree  # noqa: E402
+from replayloader import ReplayBuffer
+from replayloader.sumtree import SumTree
 from replayloader.strategies import FIFO, EvictLowest, MaxWeight, MeanWeight, SetWeight, Strategy  # noqa: E402
 
 try:
@@ -238,8 +239,8 @@ def line_profiles(grid, reps):
     if LineProfiler is None:
         print("(line_profiler not installed: `pip install line_profiler` for per-line times)\n")
         return
-    import replayloader.buffer as B
-    import replayloader.storage as S
+    import replayloader.buffer.replay_buffer as B
+    import replayloader.buffer.storage as S
     for n, k in grid:
         if k > n:
             continue

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from replayloader import ReplayBuffer, ReplayDataLoader  # noqa: E402
-from replayloader.rate_limiter import RateLimiter  # noqa: E402
+from replayloader.loader.rate_limiter import RateLimiter  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
 
 STEPS_PER_CALL, BATCH, GAMMA = 2, 64, 0.99

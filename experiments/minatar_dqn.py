@@ -40,7 +40,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from replayloader import LinearSchedule, ReplayBuffer, load_state, save_state  # noqa: E402
-from replayloader.atomic import atomic_directory, atomic_write_bytes, atomic_write_text  # noqa: E402
+from replayloader.state.atomic import atomic_directory, atomic_write_bytes, atomic_write_text  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
 
 ARMS = {"uniform": 0.0, "per": 0.6}  # arm -> alpha; nothing else differs between the arms

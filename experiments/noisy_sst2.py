@@ -46,9 +46,9 @@ import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 from replayloader import LinearSchedule, PrioritizedSampler  # noqa: E402
-from replayloader.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
-from replayloader.irreducible import irreducible_losses  # noqa: E402
-from replayloader.score_select import ScoreThenSelect  # noqa: E402
+from replayloader.state.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from replayloader.selection.irreducible import irreducible_losses  # noqa: E402
+from replayloader.selection.score_then_select import ScoreThenSelect  # noqa: E402
 from replayloader.selection import ReducibleLoss, SelectiveBackprop, Selector, TopK  # noqa: E402
 
 ARMS = ("uniform", "prioritized", "topk", "sb", "rho")

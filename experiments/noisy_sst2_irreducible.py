@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from noisy_sst2 import DEFAULT_GLUE, Config, load_data  # noqa: E402
 from noisy_sst2_summary import emit, table  # noqa: E402
 
-from replayloader.irreducible import IrreducibleLosses  # noqa: E402
+from replayloader.selection.irreducible import IrreducibleLosses  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> None:

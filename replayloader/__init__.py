@@ -1,27 +1,47 @@
-"""replayloader: prioritized-replay data loading with a Numba sum tree and pluggable weighting strategies."""
+"""replayloader: prioritized replay and data selection, with a Numba sum tree and pluggable strategies.
+
+What you have, and what to use (each folder's ``__init__`` is its public face):
+
+- data a model or environment *produces* → `ReplayBuffer` + `ReplayDataLoader` (``replayloader.buffer``,
+  ``replayloader.loader``; weighting rules in ``replayloader.strategies``);
+- a *fixed dataset* → `PrioritizedSampler` inside your DataLoader, HF Trainer or Lightning
+  (``replayloader.sampler``, ``replayloader.torch``), shared across DDP ranks (``replayloader.distributed``);
+- *score many, train on few* → `Selector` with `ScoreThenSelect` (``replayloader.selection``);
+- several machines → ``replayloader.ray``.
+
+``import replayloader`` needs only numpy and numba: names that need torch are imported on first use.
+"""
+from . import _moved, strategies
 from .buffer import ReplayBuffer, Sample
-from .checkpoint import flatten_state, load_state, save_state, unflatten_state
-from .loader import ReplayBatch, ReplayDataLoader
-from .locked import LockedBuffer
-from .rate_limiter import LimiterClosed, LimiterConfigError, RateLimiter, RateLimitTimeout
+from .loader import RateLimiter, RateLimitTimeout, LimiterClosed, ReplayBatch, ReplayDataLoader, WorkerError
 from .sampler import LinearSchedule, PrioritizedSampler, SampledBatch
-from .storage import Storage
-from .sumtree import SumTree
-from .workers import WorkerError
-from . import strategies
+from .selection import (BufferScoreThenSelect, Proportional, ReducibleLoss, ScoreThenSelect, SelectiveBackprop,
+                        Selector, TopK, TrainingLoss, irreducible_losses)
+from .state import InvalidState, StateFileError, load_state, save_state
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
 
-__all__ = ["ReplayBuffer", "ReplayDataLoader", "ReplayBatch", "Sample", "Storage", "SumTree", "strategies",
-           "LockedBuffer", "RateLimiter", "RateLimitTimeout", "LimiterClosed", "LimiterConfigError",
-           "WorkerError",
-           "flatten_state", "unflatten_state", "save_state", "load_state", "__version__", "PrioritizedSampler",
-           "SampledBatch", "LinearSchedule", "PrioritizedBatchSampler"]
+_moved.install()
+
+_NEEDS_TORCH = {"PrioritizedBatchSampler": "replayloader.torch", "CandidateBatchSampler": "replayloader.torch",
+                "DistributedPrioritizedSampler": "replayloader.distributed",
+                "DistributedScoreThenSelect": "replayloader.distributed"}
+
+__all__ = ["ReplayBuffer", "Sample", "ReplayDataLoader", "ReplayBatch", "strategies", "RateLimiter",
+           "RateLimitTimeout", "LimiterClosed", "WorkerError", "PrioritizedSampler", "SampledBatch",
+           "LinearSchedule", "Selector", "TopK", "Proportional", "SelectiveBackprop", "TrainingLoss",
+           "ReducibleLoss", "ScoreThenSelect", "BufferScoreThenSelect", "irreducible_losses", "InvalidState",
+           "StateFileError", "save_state", "load_state", *_NEEDS_TORCH, "__version__"]
 
 
 def __getattr__(name: str):
-    """`PrioritizedBatchSampler` needs torch: imported on first use, so `import replayloader` never loads torch."""
-    if name == "PrioritizedBatchSampler":
-        from .torch_sampler import PrioritizedBatchSampler
-        return PrioritizedBatchSampler
-    raise AttributeError(f"module 'replayloader' has no attribute {name!r}")
+    """Names that need torch, imported on first use (``import replayloader`` never loads torch); and the
+    plumbing that left the top level in 1.0, still served for one release with a DeprecationWarning."""
+    if name in _NEEDS_TORCH:
+        import importlib
+
+        return getattr(importlib.import_module(_NEEDS_TORCH[name]), name)
+    found = _moved.moved_name(name)
+    if found is None:
+        raise AttributeError(f"module 'replayloader' has no attribute {name!r}")
+    return found

@@ -1,32 +1,30 @@
-"""The README's quickstart runs as written and its commands match .ci/run."""
+"""The README's quickstart and the buffer pages' examples run as written, and the README's commands match .ci/run."""
 import re
 from pathlib import Path
+
+from tests.docs_blocks import block
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_quickstart_runs(capsys):
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"## Quickstart\s+```python\n(.*?)```", text, re.S).group(1)
-    assert len(block.strip().splitlines()) <= 16
-    exec(compile(block, "README quickstart", "exec"), {})
+    code = block("README.md", "## Quickstart")
+    assert len(code.strip().splitlines()) <= 16
+    exec(compile(code, "README quickstart", "exec"), {})
     size, spread, visits = capsys.readouterr().out.split()
     assert int(size) == 1000 and float(spread) > 0 and float(visits) > 0
 
 
 def test_background_producers_example_runs(capsys):
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"### Background producers.*?```python\n(.*?)```", text, re.S).group(1)
-    exec(compile(block, "README background producers", "exec"), {})
+    exec(compile(block("docs/loader.md", "## Background producers"), "docs background producers", "exec"), {})
     inserts, ratio, inserted = capsys.readouterr().out.split()
     assert int(inserts) == int(inserted) == 4000
     assert abs(float(ratio) - 4.0 * (4000 - 64) / 4000) <= 64 / 4000 + 1e-9  # within the error buffer
 
 
 def test_stateful_producer_example_runs(capsys):
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"### Stateful producers.*?```python\n(.*?)```", text, re.S).group(1)
-    exec(compile(block, "README stateful producers", "exec"), {})  # the block asserts the exact resume
+    code = block("docs/loader.md", "## Stateful producers")
+    exec(compile(code, "docs stateful producers", "exec"), {})  # the block asserts the exact resume
     assert capsys.readouterr().out.strip() == "[0, 1, 3] [6, 9, 12, 15, 18]"
 
 
@@ -38,15 +36,13 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_custom_strategy_part_example_runs():
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"Optional speed hook:.*?```python\n(.*?)```", text, re.S).group(1)
     namespace = {}
-    exec(compile(block, "README custom strategy part", "exec"), namespace)  # the block asserts its results
+    code = block("docs/strategies.md", "Optional speed hook:")
+    exec(compile(code, "docs custom strategy part", "exec"), namespace)  # the block asserts its results
     assert namespace["HalfLoss"]().fused_step() is None
 
 
 def test_state_files_example_runs(capsys):
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"### State files.*?```python\n(.*?)```", text, re.S).group(1)
-    exec(compile(block, "README state files", "exec"), {})  # the block asserts the buffer is unchanged
+    code = block("docs/state.md", "# State files")
+    exec(compile(code, "docs state files", "exec"), {})  # the block asserts the buffer is unchanged
     assert "buffer state['size'] must be in [0, 64], got 1000" in capsys.readouterr().out

@@ -1,6 +1,5 @@
 """Score-then-select in torch: DataLoader workers fetch candidates, the loop trains on exactly the chosen rows,
 a resumed run continues the same candidate and selection stream, and the Trainer recipe runs selection steps."""
-import re
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +9,7 @@ from torch.utils.data import DataLoader
 
 from replayloader import PrioritizedSampler
 from replayloader.selection import Proportional, ReducibleLoss, SelectiveBackprop, Selector, TopK
-from replayloader.torch_select import CandidateBatchSampler, take_rows
+from replayloader.torch.candidates import CandidateBatchSampler, take_rows
 from tests.test_torch_sampler import IndexDataset, TokenDataset
 
 N, N_BIG = 40, 8  # IndexDataset has 40 examples
@@ -80,7 +79,7 @@ def test_take_rows_cuts_nested_batches_and_passes_other_values_through():
 def tiny_selecting_trainer(tmp_path, sampler, selector, steps):
     """A one-layer BERT classifier on the token toy task, trained by `SelectingTrainer` for ``steps`` steps."""
     transformers = pytest.importorskip("transformers")
-    from replayloader.hf_trainer import SelectingTrainer
+    from replayloader.torch.hf import SelectingTrainer
 
     torch.manual_seed(0)
     model = transformers.BertForSequenceClassification(transformers.BertConfig(
@@ -113,10 +112,9 @@ def test_selecting_trainer_scores_candidates_and_trains_on_the_chosen_rows(tmp_p
 
 
 def test_readme_score_then_select_example_runs(capsys):
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text[text.index("### Score-then-select"):]
-    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    exec(compile(block, "README score-then-select example", "exec"), {})
+    from tests.docs_blocks import block
+
+    exec(compile(block("docs/selection.md", "# Score, then select"), "docs score-then-select example", "exec"), {})
     scored, selected = capsys.readouterr().out.split()
     assert int(scored) == 1000 and int(selected) == 4 * 32  # one shuffled pass of n_B = 320: 4 candidate batches
 

@@ -5,7 +5,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from replayloader.sampler import LinearSchedule, PrioritizedSampler
-from replayloader.torch_sampler import PrioritizedBatchSampler
+from replayloader.torch.batch_sampler import PrioritizedBatchSampler
 
 
 class IndexDataset(Dataset):
@@ -53,7 +53,7 @@ def test_without_feedback_two_workers_and_pin_memory_give_the_same_index_stream_
 
 
 def test_with_feedback_workers_draw_ahead_and_the_stream_differs_from_the_second_prioritized_batch():
-    """What the README states: a batch is drawn num_workers x prefetch_factor batches before the loop receives
+    """What docs/sampler.md states: a batch is drawn num_workers x prefetch_factor batches before the loop receives
     it (within one iter()), so with feedback the warm-up pass and the first batch of the next iter() are the
     same for 0 and 2 workers, and the second differs once the first one's feedback changed the weights."""
     streams = {}
@@ -118,7 +118,7 @@ class TokenDataset(Dataset):
 
 def test_trainer_recipe_trains_on_prioritized_batches_and_feeds_the_loss_back(tmp_path):
     transformers = pytest.importorskip("transformers")
-    from replayloader.hf_trainer import PrioritizedTrainer
+    from replayloader.torch.hf import PrioritizedTrainer
 
     config = transformers.BertConfig(vocab_size=20, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=32, max_position_embeddings=16, num_labels=2)
@@ -147,7 +147,7 @@ def test_trainer_recipe_trains_on_prioritized_batches_and_feeds_the_loss_back(tm
 def test_trainer_recipe_drops_unused_columns_of_a_datasets_dataset(tmp_path):
     transformers = pytest.importorskip("transformers")
     datasets = pytest.importorskip("datasets")
-    from replayloader.hf_trainer import PrioritizedTrainer
+    from replayloader.torch.hf import PrioritizedTrainer
 
     toy = TokenDataset(n=8)
     dataset = datasets.Dataset.from_dict({"input_ids": toy.ids.tolist(), "labels": toy.labels.tolist(),

@@ -59,6 +59,7 @@ def test_wheel_holds_every_package_under_our_names_only(wheel):
     packages = {name.rsplit("/", 1)[0].replace("/", ".") for name in names if name.endswith("/__init__.py")}
     assert packages == package_folders()  # pyproject's package list misses no folder
     assert "replayloader_electra/__main__.py" in names
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)  # the Apache-2.0 text ships
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "replayloader-tmr = replayloader_electra.cli:main" in entry_points
 

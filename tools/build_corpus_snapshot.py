@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from replayloader_electra.corpus import CORPUS_DIR, MANIFEST, text_sha256  # noqa: E402
-from replayloader.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from replayloader.state.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
 
 _RST_UNDERLINE = re.compile(r"^\s*([*=~^#+\-])\1{2,}\s*$")
 SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "lib2to3"}

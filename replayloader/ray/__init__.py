@@ -16,7 +16,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from .loader import ActorPool, ProducerDied, RayReplayLoader
 from .remote import BufferActorDied, RemoteBuffer, call
 from .server import BufferServer, Mass
-from .shards import ShardedBuffer
+from .sharded_buffer import ShardedBuffer
 
 __all__ = ["RemoteBuffer", "ShardedBuffer", "RayReplayLoader", "ProducerDied", "BufferActorDied", "BufferServer", "Mass",
            "ActorPool", "call"]

@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import ray
 
-from ..loader import ReplayBatch, checked_position, meter_report, new_meter
-from ..rate_limiter import RateLimiter, credit_limiter
-from ..workers import OrderedFeed, WorkerError
+from ..loader.replay_loader import ReplayBatch, checked_position, meter_report, new_meter
+from ..loader.rate_limiter import RateLimiter, credit_limiter
+from ..loader.workers import OrderedFeed, WorkerError
 from .remote import RemoteBuffer
-from .shards import ShardedBuffer
+from .sharded_buffer import ShardedBuffer
 
 
 class ProducerDied(WorkerError):

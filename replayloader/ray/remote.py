@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import ray
 
-from ..buffer import Sample
-from ..workers import WorkerError
+from ..buffer.replay_buffer import Sample
+from ..loader.workers import WorkerError
 from .server import BufferServer, Mass
 
 

@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..buffer import ReplayBuffer, Sample
-from ..feedback import as_feedback_array, check_values
+from ..buffer.replay_buffer import ReplayBuffer, Sample
+from ..buffer.feedback import as_feedback_array, check_values
 
 
 class Mass(NamedTuple):

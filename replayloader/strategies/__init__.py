@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..state_checks import field
+from ..state.checks import field
 
 from .evictions import FIFO, EvictLowest, Eviction, TreeReadView
-from .initializers import (BufferView, Initializer, LeastSquares, LinUCB, MaxWeight, MeanWeight,
-                           TokenIdFeatures)
-from .updates import (GradBound, GradNorm, LossDifference, LossValue, SetWeight, WeightUpdate,
-                      grad_bound_sigmoid, grad_bound_softmax)
+from .initializers import BufferView, Initializer, LeastSquares, LinUCB, MaxWeight, MeanWeight, TokenIdFeatures
+from .updates import GradBound, GradNorm, LossDifference, LossValue, SetWeight, WeightUpdate, grad_bound_sigmoid, grad_bound_softmax
 
 
 class Strategy:

@@ -18,7 +18,7 @@ from numba import njit
 from ..kernels.buffer import place
 from ..kernels.tree import select_lowest
 from ..sumtree import SumTree
-from ..state_checks import integer
+from ..state.checks import integer
 from .fused import FusedStep, drop_inherited_step, overrides
 
 

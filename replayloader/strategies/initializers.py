@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..storage import to_numpy
-from ..state_checks import InvalidState, array, field_names, number, require
+from .._arrays import to_numpy
+from ..state.checks import InvalidState, array, field_names, number, require
 from .fused import overrides
 
 Featurizer = Callable[[Mapping[str, Any]], np.ndarray]

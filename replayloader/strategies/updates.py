@@ -21,8 +21,8 @@ import numpy as np
 from numba import njit
 
 from ..kernels.buffer import forget, resolve_ids, write_rule_result
-from ..storage import to_numpy
-from ..state_checks import array, finite_nonnegative, require
+from .._arrays import to_numpy
+from ..state.checks import array, finite_nonnegative, require
 from .fused import FusedStep, drop_inherited_step, overrides
 
 

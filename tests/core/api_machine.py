@@ -12,7 +12,9 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from replayloader import ReplayBuffer, ReplayDataLoader, flatten_state, unflatten_state
+from replayloader import ReplayBuffer, ReplayDataLoader
+from replayloader.state import flatten_state
+from replayloader.state import unflatten_state
 from replayloader.strategies import by_name, strategy_names
 
 from .helpers import assert_state_equal

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from replayloader import ReplayBuffer, ReplayDataLoader
-from replayloader.deferred import DeferredFeedback
+from replayloader.loader.deferred import DeferredFeedback
 from replayloader.strategies import by_name
 
 from .helpers import assert_state_equal
@@ -79,7 +79,7 @@ def test_a_refused_call_keeps_the_earlier_ones_applied():
 
 def test_the_host_transfer_guard_counts_blocking_copies_only():
     torch = pytest.importorskip("torch")
-    from replayloader.host_sync import count_host_transfers
+    from replayloader.loader.host_sync import count_host_transfers
 
     t = torch.arange(4.0)
     with count_host_transfers() as counts:
@@ -98,7 +98,7 @@ def test_the_host_transfer_guard_counts_blocking_copies_only():
 
 def test_feedback_costs_host_copies_unless_deferred():
     torch = pytest.importorskip("torch")
-    from replayloader.host_sync import count_host_transfers
+    from replayloader.loader.host_sync import count_host_transfers
 
     def run(defer):
         buffer = ReplayBuffer(32, strategy=by_name("loss"), seed=0)
@@ -116,7 +116,7 @@ def test_feedback_costs_host_copies_unless_deferred():
 
 def test_a_move_to_the_host_waits_unless_non_blocking_is_set_in_any_signature():
     torch = pytest.importorskip("torch")
-    from replayloader.host_sync import _to_host
+    from replayloader.loader.host_sync import _to_host
 
     assert _to_host(("cpu",), {}) and _to_host(("cpu", torch.float32, False, True), {})  # copy=True still waits
     assert not _to_host(("cpu",), {"non_blocking": True})

@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from replayloader.rate_limiter import LimiterClosed, RateLimiter, RateLimitTimeout
+from replayloader.loader.rate_limiter import LimiterClosed, RateLimiter, RateLimitTimeout
 
 
 def test_min_size_then_ratio_within_the_error_buffer():

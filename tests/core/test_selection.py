@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from replayloader import PrioritizedSampler, ReplayBuffer, ReplayDataLoader
-from replayloader.irreducible import IrreducibleLosses, irreducible_losses
-from replayloader.score_select import BufferScoreThenSelect, ScoreThenSelect
-from replayloader.selection import (Proportional, ReducibleLoss, SelectiveBackprop, Selector, TopK,
-                                    keep_probabilities)
+from replayloader.selection.irreducible import IrreducibleLosses, irreducible_losses
+from replayloader.selection.score_then_select import BufferScoreThenSelect, ScoreThenSelect
+from replayloader.selection import Proportional, ReducibleLoss, SelectiveBackprop, Selector, TopK
+from replayloader.selection.rules import keep_probabilities
 
 small_scores = st.lists(st.integers(0, 4), min_size=1, max_size=40).map(lambda v: np.array(v, float) / 2)
 

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from replayloader import PrioritizedSampler, ReplayBuffer, ReplayDataLoader, load_state, save_state
-from replayloader.checkpoint import StateFileError
-from replayloader.state_checks import InvalidState
+from replayloader.state.files import StateFileError
+from replayloader.state.checks import InvalidState
 from replayloader.strategies import Initializer, LossDifference, MeanWeight, EvictLowest, Strategy, by_name
 
 from .helpers import assert_state_equal
@@ -390,7 +390,7 @@ def test_a_missing_or_empty_file_is_named(tmp_path):
 def test_the_two_file_format_of_earlier_versions_still_loads(tmp_path):
     import json
 
-    from replayloader.checkpoint import flatten_state
+    from replayloader.state.files import flatten_state
 
     state = filled_buffer().state_dict()
     arrays, meta = flatten_state(state)

@@ -9,8 +9,8 @@ import threading
 import numpy as np
 
 from replayloader import ReplayBuffer
-from replayloader.locked import LockedBuffer
-from replayloader.rate_limiter import RateLimiter
+from replayloader.buffer.locked import LockedBuffer
+from replayloader.loader.rate_limiter import RateLimiter
 from replayloader.strategies import by_name
 
 from .invariants import check_buffer_invariants

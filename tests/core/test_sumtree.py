@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from replayloader import SumTree
+from replayloader.sumtree import SumTree
 
 finite_weights = st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_infinity=False)
 

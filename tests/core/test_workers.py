@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from replayloader import ReplayBuffer, ReplayDataLoader
-from replayloader.rate_limiter import LimiterConfigError, RateLimiter, RateLimitTimeout
+from replayloader.loader.rate_limiter import LimiterConfigError, RateLimiter, RateLimitTimeout
 from replayloader.strategies import FIFO, MeanWeight, SetWeight, Strategy, by_name
-from replayloader.workers import WorkerError
+from replayloader.loader.workers import WorkerError
 
 from .helpers import assert_state_equal
 

@@ -13,7 +13,7 @@ if not torch.distributed.is_available():
 
 from replayloader import PrioritizedBatchSampler  # noqa: E402
 from replayloader.distributed import save_shared_state  # noqa: E402
-from replayloader.torch_select import CandidateBatchSampler  # noqa: E402
+from replayloader.torch.candidates import CandidateBatchSampler  # noqa: E402
 
 from . import scenario as sc  # noqa: E402
 from . import select_scenario as ss  # noqa: E402
@@ -45,7 +45,7 @@ def save_select_checkpoint(path) -> None:
 
 @pytest.fixture(scope="session")
 def torchrun_reports(one_process) -> list[dict]:
-    """One torchrun launch: the README example, the sampler's checks, score-then-select, the uninterrupted run
+    """One torchrun launch: the docs' DDP examples, the sampler's checks, score-then-select, the uninterrupted run
     of the kill test and the Hugging Face Trainer."""
     transformers = importlib.util.find_spec("transformers") is not None
     optional = ["hf_trainer", "hf_select"] if transformers else []  # else their tests skip

@@ -7,10 +7,8 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import re
 import sys
 import time
-from unittest import mock
 from pathlib import Path
 
 import numpy as np
@@ -71,7 +69,7 @@ def hf_trainer(out: Path) -> dict:
     """`PrioritizedTrainer` for 2 epochs (the warm-up pass, then a prioritized one). Per step: the dataset indices
     of the batch the rank trained on, and the indices its feedback was given for; at the end the weights."""
     from replayloader import PrioritizedSampler
-    from replayloader.hf_trainer import PrioritizedTrainer
+    from replayloader.torch.hf import PrioritizedTrainer
 
     seen: list[list[int]] = []
     fed: list[list[int]] = []
@@ -94,7 +92,7 @@ def hf_select(out: Path) -> dict:
     """`SelectingTrainer` for 2 epochs: n_B = 8 candidates (4 per rank), n_b = 4 chosen (2 per rank). Per step:
     the candidates the rank received, the candidates it scored and the rows it chose; the shared state's digest."""
     from replayloader import PrioritizedSampler
-    from replayloader.hf_trainer import SelectingTrainer
+    from replayloader.torch.hf import SelectingTrainer
     from replayloader.selection import Selector, TopK
 
     seen: list[list[int]] = []
@@ -131,7 +129,7 @@ def lightning(out: Path) -> dict:
     from torch.nn import functional as F
 
     from replayloader import PrioritizedSampler
-    from replayloader.lightning import PrioritizedModule
+    from replayloader.torch.lightning import PrioritizedModule
 
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(LIGHTNING_EXAMPLES, 4, generator=g),
@@ -174,22 +172,22 @@ def lightning(out: Path) -> dict:
             "resumed_weights": resumed.sampler.weights.tolist()}
 
 
-# ----------------------------------------------------------------------------- the README's torchrun example
+# ----------------------------------------------------------------------------- the torchrun examples of docs/distributed.md
 def readme_example(out: Path, heading: str) -> dict:
-    """Run the first python block after ``heading`` in the README's several-GPUs section as written (it starts
-    the process group) in ``out``; return its namespace."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Several GPUs"):]
-    block = re.search(r"```python\n(.*?)```", section[section.index(heading):], re.S).group(1)
+    """Run the first python block after ``heading`` in docs/distributed.md as written (it starts the process
+    group through `session`) in ``out``; return its namespace."""
+    from tests.docs_blocks import block as docs_block
+
+    block = docs_block("docs/distributed.md", heading)
     namespace: dict = {"__name__": "__main__"}  # the block runs as the launched script
     here = os.getcwd()
     os.chdir(out)
-    # an earlier job of this launch started the group the example starts: it runs in that one (destroying and
-    # starting the default group again under torchrun hung in 2 of 3 tries)
-    started = (lambda *args, **kwargs: None) if dist.is_initialized() else dist.init_process_group
+    # The block's `session` starts the group unless one exists, and then also destroys it at its end; starting
+    # the default group again after that under torchrun hung in 2 of 3 tries. So the group exists first, and
+    # `session` leaves it as it found it (its own exit is tested standalone in test_lifecycle.py).
+    ensure_group()
     try:
-        with mock.patch.object(dist, "init_process_group", started):
-            exec(compile(block, f"README {heading} example", "exec"), namespace)
+        exec(compile(block, f"docs {heading} example", "exec"), namespace)
     finally:
         os.chdir(here)
     return namespace
@@ -200,14 +198,14 @@ def parameters(model: torch.nn.Module) -> list[float]:
 
 
 def readme(out: Path) -> dict:
-    """The README's several-GPUs example."""
-    namespace = readme_example(out, "## Several GPUs")
+    """The sampler recipe of docs/distributed.md."""
+    namespace = readme_example(out, "**Prioritized sampling over a fixed dataset under DDP**")
     return {"weights": namespace["sampler"].weights.tolist(), "epoch": namespace["sampler"].epoch,
             "parameters": parameters(namespace["model"].module)}
 
 
 def readme_select(out: Path) -> dict:
-    """The README's score-then-select under DDP example."""
+    """The score-then-select recipe of docs/distributed.md."""
     namespace = readme_example(out, "**Score-then-select under DDP**")
     return {"weights": namespace["sampler"].weights.tolist(), "epoch": namespace["sampler"].epoch,
             "parameters": parameters(namespace["model"].module),
@@ -314,8 +312,8 @@ def select(out: Path) -> dict:
     """`DistributedScoreThenSelect` with each rule over the warm-up and three epochs; the DataLoader recipe
     (`CandidateBatchSampler`) with a checkpoint after `SAVE_AT` steps, resumed on 2 ranks; bad input."""
     from replayloader.distributed import DistributedPrioritizedSampler, load_shared_state, save_shared_state
-    from replayloader.distributed_select import DistributedScoreThenSelect
-    from replayloader.torch_select import CandidateBatchSampler
+    from replayloader.distributed.select import DistributedScoreThenSelect
+    from replayloader.torch.candidates import CandidateBatchSampler
     from tests.distributed import scenario as sc
     from tests.distributed import select_scenario as ss
 
@@ -358,7 +356,7 @@ def select_resumed(out: Path) -> dict:
     """`DistributedScoreThenSelect` (SelectiveBackprop: a selector with memory) checkpointed to one file after
     `SAVE_AT` draws, continued, and a new one resumed from the file; a state of another rule is refused."""
     from replayloader.distributed import DistributedPrioritizedSampler, load_shared_state, save_shared_state
-    from replayloader.distributed_select import DistributedScoreThenSelect
+    from replayloader.distributed.select import DistributedScoreThenSelect
     from tests.distributed import select_scenario as ss
 
     def chooser(rule: str) -> DistributedScoreThenSelect:
@@ -381,7 +379,7 @@ def select_resumed(out: Path) -> dict:
 def select_bad_input() -> dict:
     """Every rank reports what each bad call raised on it (None: nothing raised) and whether state changed."""
     from replayloader.distributed import DistributedPrioritizedSampler as Shared
-    from replayloader.distributed_select import DistributedScoreThenSelect as Chooser
+    from replayloader.distributed.select import DistributedScoreThenSelect as Chooser
     from tests.distributed import select_scenario as ss
 
     rank = dist.get_rank()
@@ -450,7 +448,7 @@ def kill_run(out: Path, resume: bool = False, die: bool = False) -> dict:
 
 
 def train_until_killed(out: Path) -> dict:
-    """The README sampler recipe's loop, forever: says it started, then trains until something stops it (the
+    """The docs' DDP sampler recipe's loop, forever: says it started, then trains until something stops it (the
     launcher-death test kills the launcher and expects the ranks to end by themselves)."""
     from replayloader import PrioritizedBatchSampler
     from replayloader.distributed import DistributedPrioritizedSampler

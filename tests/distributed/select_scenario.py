@@ -111,7 +111,7 @@ def transpose(steps: list[list[dict]]) -> list[list[dict]]:
 
 def loader_step(batches: Any, info: Any, batch: Any) -> dict:
     """One step of the DataLoader recipe on a dataset of indices: score the fetched candidates, choose, cut out."""
-    from replayloader.torch_select import take_rows
+    from replayloader.torch.candidates import take_rows
 
     (rows,) = batch
     assert rows.tolist() == info.indices.tolist()  # the rows fetched are the candidates drawn

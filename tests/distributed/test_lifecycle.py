@@ -1,6 +1,6 @@
-"""How a distributed job ends (issue 32): the README's torchrun recipes run standalone and exit 0, a rank never
+"""How a distributed job ends (issue 32): the torchrun recipes of docs/distributed.md run standalone and exit 0, a rank never
 outlives its launcher, and no process of a job is left behind (tests/processes.py). The 20-run count of the
-README recipes lives in `bench/ddp_stress.py`, outside the suite's time budget."""
+recipes lives in `bench/ddp_stress.py`, outside the suite's time budget."""
 from __future__ import annotations
 
 import os
@@ -13,35 +13,33 @@ from pathlib import Path
 
 import pytest
 
-from tests import processes
+from tests import docs_blocks, processes
 
 from .launch import JOBS, ROOT, job_env, torchrun_command
 
 pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds a job's processes through /proc")
 
 
-def readme_torchrun_blocks() -> dict[str, str]:
-    """Every python block of the README's "Several GPUs" section that starts its own group, by its heading."""
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Several GPUs"):text.index("\n## ", text.index("## Several GPUs") + 3)]
-    blocks = {}
-    for match in re.finditer(r"```python\n(.*?)```", section, re.S):
-        if "session(" in match.group(1):
-            heading = re.findall(r"^\*\*(.+?)\*\*|^## (.+)$", section[:match.start()], re.M)[-1]
-            blocks[heading[0] or heading[1]] = match.group(1)
-    return blocks
+def torchrun_recipes() -> dict[str, str]:
+    """Every python block of docs/distributed.md that starts its own group, by the bold heading before it."""
+    page = docs_blocks.text("docs/distributed.md")
+    recipes = {}
+    for offset, code in docs_blocks.blocks("docs/distributed.md"):
+        if "session(" in code:
+            recipes[re.findall(r"^\*\*(.+?)\*\*", page[:offset], re.M)[-1]] = code
+    return recipes
 
 
-def test_the_readme_has_its_two_torchrun_recipes():
-    assert len(readme_torchrun_blocks()) == 2
+def test_the_docs_have_their_two_torchrun_recipes():
+    assert len(torchrun_recipes()) == 2
 
 
-@pytest.mark.parametrize("heading", sorted(readme_torchrun_blocks()))
-def test_a_readme_torchrun_recipe_run_standalone_exits_0_and_leaves_nothing(heading, tmp_path):
+@pytest.mark.parametrize("heading", sorted(torchrun_recipes()))
+def test_a_torchrun_recipe_of_the_docs_run_standalone_exits_0_and_leaves_nothing(heading, tmp_path):
     """Inside the suite's shared launch these blocks share one process group and never reach their own exit,
     where gloo's threads aborted 3 of 9 standalone runs before `session` (replayloader/launcher.py)."""
     script = tmp_path / "train.py"
-    script.write_text(readme_torchrun_blocks()[heading])
+    script.write_text(torchrun_recipes()[heading])
     done = processes.run([*torchrun_command(), str(script)], env=job_env(), cwd=tmp_path, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "terminate called" not in done.stderr

@@ -1,5 +1,5 @@
 """DistributedPrioritizedSampler on 2 gloo CPU processes (one torchrun launch, see conftest.py) against the same
-scenario in one process: equivalence, checkpoints across world sizes, bad input, the README example."""
+scenario in one process: equivalence, checkpoints across world sizes, bad input, the docs' example."""
 from __future__ import annotations
 
 import numpy as np

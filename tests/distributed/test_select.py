@@ -8,7 +8,7 @@ import pytest
 from replayloader import PrioritizedSampler
 from replayloader.distributed import load_shared_state, state_digest
 from replayloader.selection import Selector, TopK
-from replayloader.torch_select import CandidateBatchSampler
+from replayloader.torch.candidates import CandidateBatchSampler
 
 from . import scenario as sc
 from . import select_scenario as ss

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from replayloader import ReplayBuffer
-from replayloader.checkpoint import StateFileError
-from replayloader.shards import ReplayShard
+from replayloader.state.files import StateFileError
+from replayloader.distributed.replay_shard import ReplayShard
 from replayloader.strategies import by_name
 
 

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 from replayloader import PrioritizedSampler, ReplayBuffer, ReplayDataLoader  # noqa: E402
-from replayloader.host_sync import count_host_transfers  # noqa: E402
+from replayloader.loader.host_sync import count_host_transfers  # noqa: E402
 from replayloader.strategies import by_name, strategy_names  # noqa: E402
 
 CUDA = torch.device("cuda")

@@ -173,7 +173,7 @@ def test_restarted_learner_resumes_every_shard_from_a_checkpoint_file(producers,
 def test_a_refused_checkpoint_changes_nothing(producers, bad):
     """The position and the limiter's state are checked before any shard is restored (before, a bad step was
     read only after the buffer had already been overwritten)."""
-    from replayloader.state_checks import InvalidState
+    from replayloader.state.checks import InvalidState
 
     buffer = RemoteBuffer(**buffer_args())
     limiter = RateLimiter(samples_per_insert=1.0, min_size=8, error_buffer=16, timeout=30)

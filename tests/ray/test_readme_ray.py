@@ -1,17 +1,12 @@
-"""The README's Ray example runs as written on the local cluster."""
-import re
-from pathlib import Path
-
+"""The docs' Ray example runs as written on the local cluster."""
 import pytest
 
 pytest.importorskip("ray")
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.docs_blocks import block  # noqa: E402
 
 
 def test_ray_example_runs(ray_cluster, capsys):
-    text = (ROOT / "README.md").read_text()
-    block = re.search(r"### Replay across machines \(Ray\).*?```python\n(.*?)```", text, re.S).group(1)
-    exec(compile(block, "README Ray example", "exec"), {})
+    exec(compile(block("docs/ray.md", "# Replay across machines"), "docs Ray example", "exec"), {})
     size, inserts, restarts = capsys.readouterr().out.split()
     assert int(size) == int(inserts) == 800 and int(restarts) == 0

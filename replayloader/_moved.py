@@ -1,0 +1,68 @@
+"""The import paths of 0.1, kept working for one release (1.0) with a DeprecationWarning; gone in the next.
+
+1.0 grouped the flat modules into folders by role (``replayloader/buffer/``, ``loader/``, ``selection/``,
+``distributed/``, ``torch/``, ``state/`` ...). Rather than a shim file per old module, one import hook serves
+every old module path (`MOVED_MODULES`), and `moved_name` serves the names that left the top level because they
+are plumbing, not features (`MOVED_NAMES`). Both warn once per name, saying where it lives now.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from typing import Any
+
+MOVED_MODULES = {f"replayloader.{old}": f"replayloader.{new}" for old, new in {
+    "atomic": "state.atomic", "checkpoint": "state.files", "state_checks": "state.checks",
+    "storage": "buffer.storage", "locked": "buffer.locked", "feedback": "buffer.feedback",
+    "workers": "loader.workers", "rate_limiter": "loader.rate_limiter", "deferred": "loader.deferred",
+    "host_sync": "loader.host_sync", "score_select": "selection.score_then_select",
+    "irreducible": "selection.irreducible", "distributed_select": "distributed.select",
+    "shards": "distributed.replay_shard", "launcher": "distributed.launcher",
+    "torch_sampler": "torch.batch_sampler", "torch_select": "torch.candidates", "hf_trainer": "torch.hf",
+    "lightning": "torch.lightning", "ray.shards": "ray.sharded_buffer",
+}.items()}
+
+MOVED_NAMES = {"SumTree": "replayloader.sumtree", "Storage": "replayloader.buffer",
+               "LockedBuffer": "replayloader.buffer", "LimiterConfigError": "replayloader.loader",
+               "flatten_state": "replayloader.state", "unflatten_state": "replayloader.state"}
+
+
+def _warn(old: str, new: str) -> None:
+    warnings.warn(f"{old} moved to {new} in replayloader 1.0; the old path will be removed in the next release",
+                  DeprecationWarning, stacklevel=3)
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports an old module path as the module's new home (the same module object, so state is shared)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None):
+        if fullname in MOVED_MODULES:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        _warn(spec.name, MOVED_MODULES[spec.name])
+        return importlib.import_module(MOVED_MODULES[spec.name])
+
+    def exec_module(self, module) -> None:  # the new home is already executed
+        pass
+
+
+def install() -> None:
+    """First in line: a stale module file of the old layout (an old install, a leftover .py) must not shadow
+    the new home; the hook claims only the old paths it lists."""
+    if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _MovedModules())
+
+
+def moved_name(name: str) -> Any:
+    """A name that left ``import replayloader``'s top level, from its new home (with the warning), or None."""
+    if name not in MOVED_NAMES:
+        return None
+    _warn(f"replayloader.{name}", f"{MOVED_NAMES[name]}.{name}")
+    value = getattr(importlib.import_module(MOVED_NAMES[name]), name)
+    setattr(sys.modules["replayloader"], name, value)  # warned once; later lookups find it directly
+    return value

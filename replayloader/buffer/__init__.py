@@ -1,0 +1,12 @@
+"""The replay memory: a fixed-size store of produced examples, sampled by learned importance.
+
+- `ReplayBuffer`: add / sample / update over a Numba sum tree; the strategy object decides the weights.
+- `Sample`: what a draw returns (data, ids, probabilities, importance weights, ages).
+- `Storage`: the preallocated field arrays (numpy or torch, on their own device).
+- `LockedBuffer`: the same buffer shared between threads.
+"""
+from .locked import LockedBuffer
+from .replay_buffer import ReplayBuffer, Sample
+from .storage import Storage
+
+__all__ = ["ReplayBuffer", "Sample", "Storage", "LockedBuffer"]

@@ -1,0 +1,376 @@
+"""PrioritizedSampler: prioritized sampling over the N indices of a fixed dataset, driven by training feedback.
+
+The paper's remark that replay "can also be treated as an importance sampling technique if we directly use it to
+hold the training set", made concrete: the dataset stays where it is; only its indices live in a `SumTree`, with
+P(i) = (1 - eps) * w_i^alpha / sum_j w_j^alpha + eps / N, and the weights come from the same strategy objects
+as the buffer's (an `Initializer` for examples without feedback yet, a `WeightUpdate` for feedback). Nothing is
+evicted: the set is fixed.
+
+Why the warm-up is one shuffled pass (and not "max weight until first visit"): a pass visits every example
+exactly once in N / batch_size steps, a bound that weighted sampling with replacement cannot give, and the
+first prioritized epoch then starts from a measured weight for every example instead of a guess.
+
+Epochs: an epoch is ``len(sampler)`` = ceil(N / batch_size) batches, in the warm-up pass and after it.
+Feedback carries the epoch its batch was drawn in (pass the `SampledBatch` itself); feedback for an index that
+was handed out again in a later epoch is *stale* (a fresher measurement of it is on its way): it is skipped and
+counted, so a weight never goes back in time across an epoch. Plain index arrays are treated as fresh.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..kernels.rng import seed_state, uniforms
+from ..buffer.feedback import check_values, read_feedback
+from ..kernels.buffer import tree_priorities
+from ..kernels.sampler import OUT_OF_RANGE, resolve_feedback
+from ..state.checks import array, counters, field, finite_nonnegative, integer, require, rng_words, check_header
+from .._arrays import to_numpy
+from ..strategies import Initializer, LossValue, MeanWeight, WeightUpdate
+from ..sumtree import SumTree
+
+STATE_VERSION = 1
+
+
+@dataclass
+class SampledBatch:
+    """One batch of dataset indices. ``weights`` are importance weights (P_min / P_i)^beta (all 1 when beta is
+    None or during the warm-up pass); ``epoch`` and ``step`` (global batch number) stamp when it was drawn."""
+
+    indices: np.ndarray
+    weights: np.ndarray
+    probabilities: np.ndarray
+    epoch: int
+    step: int
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class LinearSchedule:
+    """beta(step): linear from ``start`` to ``end`` over ``steps`` batches, then constant (PER's annealing)."""
+
+    def __init__(self, start: float, end: float, steps: int) -> None:
+        for name, value in (("start", start), ("end", end)):
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+            raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+        self.start, self.end, self.steps = float(start), float(end), int(steps)
+
+    def __call__(self, step: int) -> float:
+        return self.start + (self.end - self.start) * min(step / self.steps, 1.0)
+
+
+def _check_number(name: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> float:
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    ok = ok and np.isfinite(value) and (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        bound = f"> {low}" if low_open else f">= {low}"
+        raise ValueError(f"{name} must be a finite number {bound}" + (f" and <= {high}" if high < math.inf else "")
+                         + f", got {value!r}")
+    return float(value)
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+class _View:
+    """The `BufferView` an initializer reads. Every index is stored (size N) once any weight has been measured;
+    before that the view is empty, so `MeanWeight` gives its default. The mean weight is over measured examples."""
+
+    def __init__(self, sampler: PrioritizedSampler) -> None:
+        self._s = sampler
+        self.capacity = sampler.num_examples
+
+    @property
+    def size(self) -> int:
+        return self.capacity if self._s.measured.any() else 0
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self._s.weights
+
+    @property
+    def visits(self) -> np.ndarray:
+        return self._s.visits
+
+    @property
+    def features(self) -> np.ndarray | None:
+        return self._s.features
+
+    def mean_weight(self) -> float:
+        measured = self._s.measured
+        return float(self._s.weights[measured].mean()) if measured.any() else 0.0
+
+
+class PrioritizedSampler:
+    """Batches of dataset indices drawn by learned weight, P(i) ∝ w_i^alpha, with feedback through `update`.
+
+    Args:
+        num_examples: N, the dataset size.
+        batch_size: indices per batch (draws are with replacement after the warm-up).
+        alpha: prioritization exponent (0: uniform).
+        beta: importance-weight exponent, a number or a schedule ``step -> beta`` (e.g. `LinearSchedule`);
+            None: every importance weight is 1.
+        update: turns feedback into weights (default `LossValue`: weight = the latest loss).
+        init: weight of examples without feedback yet (default `MeanWeight`: the mean measured weight).
+        sampling: "stratified" (one draw per equal segment of the mass) or "independent".
+        uniform_fraction: eps, the share of draws taken uniformly (robustness to noisy feedback).
+        floor: smallest weight (> 0), so that no example becomes unreachable.
+        warmup_epochs: shuffled passes over all indices before prioritization (0: prioritize from the start).
+        features: (N, d) rows for feature-based initializers (`LinUCB`, `LeastSquares`).
+        seed: seed of the sampler's generator (its state is checkpointed).
+    """
+
+    def __init__(self, num_examples: int, batch_size: int, *, alpha: float = 1.0,
+                 beta: float | Callable[[int], float] | None = None, update: WeightUpdate | None = None,
+                 init: Initializer | None = None, sampling: str = "stratified", uniform_fraction: float = 0.0,
+                 floor: float = 1e-6, warmup_epochs: int = 1, features: Any = None, seed: int | None = None) -> None:
+        self.num_examples = _check_int("num_examples", num_examples, 1)
+        self.batch_size = _check_int("batch_size", batch_size, 1)
+        self.alpha = _check_number("alpha", alpha, 0.0)
+        if beta is not None and not callable(beta):
+            beta = _check_number("beta", beta, 0.0)
+        self.beta = beta
+        if sampling not in ("stratified", "independent"):
+            raise ValueError(f"sampling must be 'stratified' or 'independent', got {sampling!r}")
+        self.sampling = sampling
+        self.uniform_fraction = _check_number("uniform_fraction", uniform_fraction, 0.0, 1.0)
+        self.floor = _check_number("floor", floor, 0.0, low_open=True)
+        self.warmup_epochs = _check_int("warmup_epochs", warmup_epochs, 0)
+        self.update_rule = LossValue() if update is None else update
+        self.init = MeanWeight() if init is None else init
+        for name, value, kind in (("update", self.update_rule, WeightUpdate), ("init", self.init, Initializer)):
+            if not isinstance(value, kind):
+                raise TypeError(f"{name} must be a {kind.__name__}, got {type(value).__name__}")
+        self.features = None if features is None else np.asarray(features, np.float64)
+        if self.features is not None and (self.features.ndim != 2 or len(self.features) != self.num_examples):
+            raise ValueError(f"features must have shape ({self.num_examples}, d), got {self.features.shape}")
+        if self.init.feature_based and self.features is None:
+            raise ValueError(f"init {self.init.name!r} is feature based: pass features= of shape "
+                             f"({self.num_examples}, d)")
+        self.seed = seed
+        self.tree = SumTree(self.num_examples, min_priority=True, min_key=False, raw_sum=False)
+        self._view = _View(self)
+        self.update_rule.bind(self.num_examples)
+        self._seen = np.zeros(self.num_examples, np.bool_)  # scratch of `resolve_feedback`
+        self._reset_state(seed_state(seed))
+
+    def _reset_state(self, rng: np.ndarray) -> None:
+        n = self.num_examples
+        self.rng_state = rng
+        self.weights = np.zeros(n)
+        self.visits = np.zeros(n, np.int64)
+        self.measured = np.zeros(n, bool)  # the weight came from feedback, not from the initializer
+        self.last_drawn_epoch = np.full(n, -1, np.int64)
+        self.epoch = 0
+        self.position = 0  # batches drawn in the current epoch
+        self.step = 0  # batches drawn in all
+        self.order = np.empty(0, np.int64)  # the warm-up pass's permutation (empty outside the warm-up)
+        self.counters = {"drawn": 0, "uniform_draws": 0, "updated": 0, "stale_feedback": 0}
+        self._score_unmeasured()
+
+    # ------------------------------------------------------------------ weights
+    def _set_weights(self, indices: np.ndarray, weights: np.ndarray | float) -> None:
+        # One weight each, even when the initializer gave one number for all, and w^alpha by the buffer's own
+        # kernel: a restored tree, rebuilt from per-index weights, then holds the very same priorities.
+        if not (type(weights) is np.ndarray and weights.dtype == np.float64 and weights.shape == np.shape(indices)):
+            weights = np.broadcast_to(np.asarray(weights, np.float64), np.shape(indices))
+        weights = np.maximum(weights, self.floor)
+        self.weights[indices] = weights
+        self.tree.set(indices, tree_priorities(weights, self.alpha, self.tree.nodes))
+
+    def _score_unmeasured(self) -> None:
+        """Examples without feedback get the initializer's current weight (e.g. the mean measured weight)."""
+        unmeasured = np.flatnonzero(~self.measured)
+        if len(unmeasured):
+            features = None if self.features is None else self.features[unmeasured]
+            self._set_weights(unmeasured, self.init.initial_weights(self._view, len(unmeasured), features))
+
+    def probabilities(self, indices: Any = None) -> np.ndarray:
+        """P(i) of the prioritized phase, mixed with the uniform share (all N, or the given indices)."""
+        p = self.tree.get(np.arange(self.num_examples) if indices is None else indices)
+        eps = self.uniform_fraction
+        return (1.0 - eps) * p / self.tree.total + eps / self.num_examples
+
+    def current_beta(self) -> float | None:
+        return self.beta(self.step) if callable(self.beta) else self.beta
+
+    # ------------------------------------------------------------------ drawing
+    def __len__(self) -> int:
+        """Steps (batches) per epoch."""
+        return math.ceil(self.num_examples / self.batch_size)
+
+    @property
+    def in_warmup(self) -> bool:
+        return self.epoch < self.warmup_epochs
+
+    def __iter__(self) -> Iterator[SampledBatch]:
+        """The remaining batches of the current epoch (all of them when it has not started)."""
+        while True:
+            epoch = self.epoch
+            yield self.next_batch()
+            if self.epoch != epoch:
+                return
+
+    def next_batch(self) -> SampledBatch:
+        """Draw the next batch; after the epoch's last batch the next epoch begins."""
+        epoch, step = self.epoch, self.step
+        if self.in_warmup:
+            indices, probabilities, weights = self._warmup_batch()
+        else:
+            indices, probabilities, weights = self._prioritized_batch()
+        self.last_drawn_epoch[indices] = epoch
+        self.counters["drawn"] += len(indices)
+        self.step += 1
+        self.position += 1
+        if self.position == len(self):
+            self.position = 0
+            self.epoch += 1
+            self.order = np.empty(0, np.int64)
+            self._score_unmeasured()
+        return SampledBatch(indices, weights, probabilities, epoch, step)
+
+    def _warmup_batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self.position == 0:
+            self.order = np.argsort(uniforms(self.rng_state, self.num_examples), kind="stable")
+        start = self.position * self.batch_size
+        indices = self.order[start: start + self.batch_size].copy()
+        k = len(indices)
+        return indices, np.full(k, 1.0 / self.num_examples), np.ones(k)
+
+    def _prioritized_batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        k = self.batch_size
+        u = uniforms(self.rng_state, 2 * k)
+        is_uniform = u[:k] < self.uniform_fraction
+        indices = np.empty(k, np.int64)
+        n_uniform = int(is_uniform.sum())
+        indices[is_uniform] = np.minimum((u[k:][is_uniform] * self.num_examples).astype(np.int64),
+                                         self.num_examples - 1)
+        if n_uniform < k:
+            indices[~is_uniform] = self.tree.sample(u[k:][~is_uniform], self.sampling == "stratified")
+        self.counters["uniform_draws"] += n_uniform
+        probabilities = self.probabilities(indices)
+        beta = self.current_beta()
+        if beta is None:
+            weights = np.ones(k)
+        else:
+            p_min = (1.0 - self.uniform_fraction) * self.tree.min_priority() / self.tree.total \
+                + self.uniform_fraction / self.num_examples
+            weights = (p_min / probabilities) ** beta
+        return indices, probabilities, weights
+
+    # ------------------------------------------------------------------ feedback
+    def update(self, batch: SampledBatch | Any, **feedback: Any) -> int:
+        """Feed back per-example signals for a batch (a `SampledBatch`, or its indices): the keywords the update
+        rule declares (``loss=`` for the default `LossValue`; ``logits=``/``targets=``/``mask=`` or
+        ``grad_bound=`` for `GradBound`; ...). Returns how many weights changed.
+
+        An index given twice counts once, with its last value. Stale feedback is skipped (see the module doc).
+        Bad input raises a ValueError/TypeError naming the argument, and nothing changes.
+        """
+        epoch = batch.epoch if isinstance(batch, SampledBatch) else -1
+        indices = self._check_indices(batch.indices if isinstance(batch, SampledBatch) else batch)
+        values, source = read_feedback(self.update_rule, feedback, len(indices), "indices")
+        if values is not None:
+            check_values(source, values)
+        bad, why, positions, stale = resolve_feedback(indices, self.last_drawn_epoch, epoch, self._seen)
+        if bad >= 0:
+            if why == OUT_OF_RANGE:
+                raise ValueError(f"indices must lie in [0, {self.num_examples}); indices[{bad}] = {indices[bad]}")
+            raise ValueError(f"indices[{bad}] = {indices[bad]} was never handed out by this sampler")
+        # Everything is validated: from here on the sampler changes.
+        self.counters["stale_feedback"] += stale
+        if values is None or len(positions) == 0:
+            return 0
+        distinct, values = indices[positions], values[positions]
+        changed, new_weights = self.update_rule.compute(distinct, values)
+        target = distinct[changed]
+        self.visits[distinct] += 1
+        if len(target):
+            self.measured[target] = True
+            self._set_weights(target, new_weights)
+            self.init.observe(self._view, target, self.weights[target])
+        refreshed = self.init.refresh(self._view)
+        if refreshed is not None:
+            self._set_weights(*refreshed)
+        self.counters["updated"] += len(target)
+        return len(target)
+
+    def _check_indices(self, indices: Any) -> np.ndarray:
+        arr = to_numpy(indices, "indices")
+        if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
+            raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {arr.dtype} shape {arr.shape}")
+        return np.ascontiguousarray(arr, np.int64)
+
+    # ------------------------------------------------------------------ introspection, checkpoint
+    def stats(self) -> dict[str, float]:
+        """Counters and weight statistics (O(N); for logging)."""
+        out: dict[str, float] = {"epoch": self.epoch, "position": self.position, "step": self.step, **self.counters}
+        out.update(weight_min=float(self.weights.min()), weight_mean=float(self.weights.mean()),
+                   weight_max=float(self.weights.max()), frac_never_visited=float((self.visits == 0).mean()))
+        return out
+
+    def _config(self) -> dict:
+        return {"num_examples": self.num_examples, "batch_size": self.batch_size, "alpha": self.alpha,
+                "sampling": self.sampling, "uniform_fraction": self.uniform_fraction, "floor": self.floor,
+                "warmup_epochs": self.warmup_epochs, "update": self.update_rule.name, "init": self.init.name}
+
+    def state_dict(self) -> dict:
+        """A snapshot (copies) of everything needed to continue exactly: weights, position, RNG, strategy memory."""
+        return {"version": STATE_VERSION, "config": self._config(), "weights": self.weights.copy(),
+                "visits": self.visits.copy(), "measured": self.measured.copy(),
+                "last_drawn_epoch": self.last_drawn_epoch.copy(), "epoch": self.epoch, "position": self.position,
+                "step": self.step, "order": self.order.copy(), "rng": self.rng_state.copy(),
+                "counters": dict(self.counters), "update": self.update_rule.state_dict(),
+                "init": self.init.state_dict()}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore a `state_dict` of a sampler with the same configuration; the next batch is the one that would
+        have followed. All or nothing: every value is checked first (`state_checks.InvalidState` names the bad
+        field) and a refused state leaves the sampler exactly as it was."""
+        where = check_header(state, STATE_VERSION, self._config(), "sampler")
+        n = self.num_examples
+        weights = array(state, "weights", where, (n,), "fiu", np.float64)
+        finite_nonnegative(weights, f"{where}['weights']")
+        visits = array(state, "visits", where, (n,), "iu", np.int64)
+        require(not (visits < 0).any(), f"{where}['visits'] must be >= 0")
+        measured = array(state, "measured", where, (n,), "b", np.bool_)
+        epoch = integer(state, "epoch", where, 0)
+        position = integer(state, "position", where, 0, len(self) - 1)
+        step = integer(state, "step", where, 0)
+        last_drawn = array(state, "last_drawn_epoch", where, (n,), "iu", np.int64)
+        require(bool(((last_drawn >= -1) & (last_drawn <= epoch)).all()),
+                f"{where}['last_drawn_epoch'] must lie in [-1, epoch={epoch}]")
+        order = array(state, "order", where, (-1,), "iu", np.int64)
+        in_warmup_pass = epoch < self.warmup_epochs and position > 0
+        require(len(order) == (n if in_warmup_pass else len(order)) and len(order) in (0, n)
+                and (not len(order) or np.array_equal(np.sort(order), np.arange(n))),
+                f"{where}['order'] must be a permutation of the {n} indices during a warm-up pass, else empty "
+                f"(got {len(order)} entries at epoch {epoch}, position {position})")
+        rng = rng_words(state, "rng", where)
+        counts = counters(state, "counters", where, self.counters)
+        update_state, init_state = field(state, "update", where), field(state, "init", where)
+        previous_update = self.update_rule.state_dict()
+        self.update_rule.load_state_dict(update_state)
+        try:
+            self.init.load_state_dict(init_state)
+        except Exception:
+            self.update_rule.load_state_dict(previous_update)
+            raise
+        # Everything is checked: from here on nothing can fail.
+        self.rng_state = rng
+        self.weights, self.visits, self.measured, self.last_drawn_epoch = weights, visits, measured, last_drawn
+        self.epoch, self.position, self.step = epoch, position, step
+        self.order = order
+        self.counters = counts
+        self.tree.clear()
+        self._set_weights(np.arange(n), self.weights.copy())

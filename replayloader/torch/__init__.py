@@ -1,0 +1,22 @@
+"""Where torch users train: DataLoader batch samplers, the Hugging Face Trainer and Lightning (torch needed).
+
+- `PrioritizedBatchSampler`: a `PrioritizedSampler` as a DataLoader ``batch_sampler`` (workers, prefetching).
+- `CandidateBatchSampler`, `take_rows`: score-then-select inside a DataLoader loop.
+- `PrioritizedTrainer`, `SelectingTrainer` (``torch.hf``, needs transformers) and `PrioritizedModule`
+  (``torch.lightning``, needs lightning): imported on first use, so this package never imports either.
+"""
+from .batch_sampler import PrioritizedBatchSampler
+from .candidates import CandidateBatchSampler, take_rows
+
+__all__ = ["PrioritizedBatchSampler", "CandidateBatchSampler", "take_rows", "PrioritizedTrainer",
+           "SelectingTrainer", "PrioritizedModule"]
+
+_LAZY = {"PrioritizedTrainer": "hf", "SelectingTrainer": "hf", "PrioritizedModule": "lightning"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

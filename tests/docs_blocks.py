@@ -1,0 +1,45 @@
+"""The python blocks of README.md and docs/*.md, found by page and by the text they follow.
+
+Every block is run by a test (`EXECUTED` says which, and tests/test_docs.py checks that no block is left out),
+so what a user copies from the documentation works as written.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+# (page, the text the block is the first python block after) -> the test file that runs it
+EXECUTED = {
+    ("README.md", "## Quickstart"): "tests/test_readme.py",
+    ("docs/strategies.md", "Optional speed hook:"): "tests/test_readme.py",
+    ("docs/loader.md", "## Stateful producers"): "tests/test_readme.py",
+    ("docs/loader.md", "## Background producers"): "tests/test_readme.py",
+    ("docs/state.md", "# State files"): "tests/test_readme.py",
+    ("docs/sampler.md", "# A fixed dataset"): "tests/test_readme_sampler.py",
+    ("docs/selection.md", "# Score, then select"): "tests/test_selection_torch.py",
+    ("docs/ray.md", "# Replay across machines"): "tests/ray/test_readme_ray.py",
+    ("docs/distributed.md", "**Prioritized sampling over a fixed dataset under DDP**"): "tests/distributed/jobs.py",
+    ("docs/distributed.md", "**Score-then-select under DDP**"): "tests/distributed/jobs.py",
+}
+
+
+def pages() -> list[str]:
+    return ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+
+
+def text(page: str) -> str:
+    return (ROOT / page).read_text()
+
+
+def block(page: str, after: str) -> str:
+    """The first python block of ``page`` after the text ``after``."""
+    body = text(page)
+    return BLOCK.search(body, body.index(after)).group(1)
+
+
+def blocks(page: str) -> list[tuple[int, str]]:
+    """Every python block of ``page``: (its offset, its code)."""
+    return [(m.start(), m.group(1)) for m in BLOCK.finditer(text(page))]
