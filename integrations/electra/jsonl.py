@@ -11,8 +11,8 @@ import json
 import os
 from pathlib import Path
 
-from replayloader.atomic import atomic_write_text
-from replayloader.checkpoint import StateFileError
+from replayloader.state.atomic import atomic_write_text
+from replayloader.state.files import StateFileError
 
 
 class JsonLinesWriter:

@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 
 from replayloader_electra.pretrain import checkpoint
 from replayloader_electra.pretrain.checkpoint import CHECKPOINT_FORMAT, write_state
-from replayloader.atomic import is_temporary
+from replayloader.state.atomic import is_temporary
 
 
 def write_config_only_checkpoint(step_dir: Path, config, step: int, ranks: int = 1) -> Path:

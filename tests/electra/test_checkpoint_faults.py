@@ -288,7 +288,7 @@ def test_glue_rows_without_a_label_or_with_a_cut_column_are_an_error_naming_the_
 # ----------------------------------------------------------------------------- the metrics log
 def test_metrics_log_readers_drop_a_torn_last_line_and_the_writer_cuts_it_off(tmp_path):
     from replayloader_electra.jsonl import JsonLinesWriter
-    from replayloader.checkpoint import StateFileError
+    from replayloader.state.files import StateFileError
 
     log = tmp_path / "metrics.jsonl"
     log.write_text('{"step": 1}\n{"step": 2}\n{"st')  # a writer killed in the middle of line 3

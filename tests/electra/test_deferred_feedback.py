@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from replayloader_electra.pretrain.config import PretrainConfig
 from replayloader_electra.pretrain.loop import pretrain
-from replayloader.host_sync import count_host_transfers
+from replayloader.loader.host_sync import count_host_transfers
 
 
 def _run(corpus, out, defer: bool, steps: int):

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from safetensors.torch import load_file  # noqa: E402
 
-from replayloader.host_sync import count_host_transfers  # noqa: E402
+from replayloader.loader.host_sync import count_host_transfers  # noqa: E402
 from replayloader_electra.common import UserError  # noqa: E402
 from replayloader_electra.pretrain import VARIANTS, PretrainConfig, pretrain, read_metrics, resume_config  # noqa: E402
 from replayloader_electra.pretrain import loop  # noqa: E402

@@ -40,9 +40,9 @@ from safetensors.numpy import save_file as save_numpy_file
 from safetensors.torch import load_file as load_torch_file
 from safetensors.torch import save_file as save_torch_file
 
-from replayloader import shards
-from replayloader.atomic import atomic_directory, atomic_write_text, is_temporary, sha256_bytes, sha256_file
-from replayloader.checkpoint import StateFileError, flatten_state, unflatten_state
+from replayloader.distributed import replay_shard as shards
+from replayloader.state.atomic import atomic_directory, atomic_write_text, is_temporary, sha256_bytes, sha256_file
+from replayloader.state.files import StateFileError, flatten_state, unflatten_state
 
 from ..common import UserError
 from .distributed import World

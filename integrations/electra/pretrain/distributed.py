@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from replayloader.distributed import LAUNCHER_GONE_EXIT, shutdown, watch_launcher  # noqa: F401 (re-exported)
-from replayloader.shards import ReplayShard
+from replayloader.distributed.replay_shard import ReplayShard
 
 from ..common import UserError, pick_device, set_seed
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from replayloader import shards
-from replayloader.atomic import atomic_write_text
-from replayloader.checkpoint import StateFileError
+from replayloader.distributed import replay_shard as shards
+from replayloader.state.atomic import atomic_write_text
+from replayloader.state.files import StateFileError
 
 from ..common import UserError
 from .checkpoint import (_STEP_DIR, CHECKPOINT_FORMAT, STATE_FILE, TENSORS_FILE, _check_safetensors, _rank_files,
