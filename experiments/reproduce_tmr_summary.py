@@ -49,6 +49,13 @@ DELAY_PRIMARY = (("tmr-fifo-uniform", "delay-15", "Mixing: does the mixed-age wi
 DELAY_SECONDARY = (("delay-31", "delay-15", "Age: does a line of twice the age (the window's memory) do better?"),
                    ("delay-15", "electra", "Age: does a fixed 15-step age beat ELECTRA's age 0?"))
 MAIN_PAIR = ("electra", "tmr-loss_diff")
+# The exploratory 5-pair runs, and the confirmatory replication on fresh seeds (results/tmr_confirmatory_protocol.md,
+# committed before its first run): its own verdict, never pooled into the first one except as a marked secondary.
+EXPLORATORY_SEEDS = frozenset(range(0, 5))
+CONFIRMATORY_SEEDS = frozenset(range(5, 15))
+CONFIRMATORY_PRIMARY = ("tmr-loss_diff", "electra")
+CONFIRMATORY_COMPARISONS = (("tmr-loss_diff", "electra"), ("tmr-fifo-uniform", "electra"),
+                            ("tmr-loss_diff", "tmr-fifo-uniform"))
 ARM_ORDER = (*ARMS, *EXTRA_ARMS, *ABLATIONS)
 MIN_SEEDS_FOR_BAND = 3
 
@@ -223,6 +230,61 @@ def plot(runs: dict[str, dict[int, RunData]], path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- tables
+def only(runs: dict[str, dict[int, RunData]], seeds: frozenset) -> dict[str, dict[int, RunData]]:
+    """The runs of ``seeds`` alone (arms left without any are dropped)."""
+    kept = {arm: {s: r for s, r in by_seed.items() if s in seeds} for arm, by_seed in runs.items()}
+    return {arm: by_seed for arm, by_seed in kept.items() if by_seed}
+
+
+def holm(p_values: list[float]) -> list[float]:
+    """Holm's step-down adjustment (family-wise error), in the input order; NaN stays NaN."""
+    finite = sorted((p, i) for i, p in enumerate(p_values) if np.isfinite(p))
+    adjusted, running = [float("nan")] * len(p_values), 0.0
+    for rank, (p, i) in enumerate(finite):
+        running = max(running, min(1.0, (len(finite) - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def confirmatory_tables(runs: dict[str, dict[int, RunData]], finetuning: dict) -> list[str]:
+    """Issue 31's pre-registered replication on seeds 5-14: the one primary endpoint, the secondary ones with
+    Holm's adjustment, then (marked exploratory) the 15-pair pooled estimate."""
+    fresh = only(runs, CONFIRMATORY_SEEDS)
+    lines = ["", "## Confirmatory replication (issue 31): seeds 5–14, protocol in "
+             "`results/tmr_confirmatory_protocol.md`", ""]
+    arm, base = CONFIRMATORY_PRIMARY
+    if arm not in fresh or base not in fresh:
+        return lines + ["No confirmatory pair has finished yet.", ""]
+    primary = paired(fresh[arm], fresh[base], auc_at(PRIMARY_STEP))
+    per_seed = ", ".join(f"{s}: {d:+.3f}" for s, d in zip(primary.seeds, primary.diffs))
+    verdict = ("shown (p < 0.05)" if primary.p < 0.05 else "not shown (p ≥ 0.05)") if np.isfinite(primary.p) \
+        else "not yet testable"
+    done = len(primary.seeds)
+    lines += [f"**Primary endpoint** (one, fixed before the runs): held-out AUC at {PRIMARY_STEP:,} steps, "
+              f"{arm} − {base}, paired t over the new pairs: {primary.text()}; {verdict}"
+              + ("" if done >= len(CONFIRMATORY_SEEDS) else f" — **interim: {done} of {len(CONFIRMATORY_SEEDS)} "
+                 "planned pairs; the verdict is read only when all have finished**") + ".", "",
+              f"Per seed: {per_seed}.", ""]
+    secondaries = [(f"ΔAUC @ {PRIMARY_STEP:,}", a, b, auc_at(PRIMARY_STEP), 3)
+                   for a, b in CONFIRMATORY_COMPARISONS[1:]]
+    secondaries += [(f"ΔAUC @ {m:,}", a, b, auc_at(m), 3) for m in MARKS[1:] for a, b in CONFIRMATORY_COMPARISONS]
+    secondaries += [(f"Δ first step AUC ≥ {THRESHOLD}", a, b, first_step_over, 0) for a, b in CONFIRMATORY_COMPARISONS]
+    results = [(name, a, b, paired(fresh[a], fresh[b], value) if a in fresh and b in fresh else None, digits)
+               for name, a, b, value, digits in secondaries]
+    adjusted = holm([r.p if r is not None else float("nan") for _, _, _, r, _ in results])
+    lines += [f"**Secondary endpoints** ({len(results)} here, plus the GLUE average below; descriptive, each with "
+              "its unadjusted paired t interval and Holm's adjustment over these):", "",
+              "| endpoint | arm − base | difference (unadjusted) | Holm p |", "|---|---|---|---|"]
+    for (name, a, b, result, digits), p_holm in zip(results, adjusted):
+        cell = "not yet run" if result is None else result.text(digits)
+        lines.append(f"| {name} | {a} − {b} | {cell} | {p_holm:.2g} |")
+    pooled = paired(runs[arm], runs[base], auc_at(PRIMARY_STEP))
+    lines += ["", f"**Pooled, exploratory (not the test):** seeds 0–14 together, {arm} − {base} at "
+              f"{PRIMARY_STEP:,} steps: {pooled.text()}. The first 5 pairs were seen before this replication was "
+              "planned, so this number cannot confirm anything; it is the best estimate of the effect's size.", ""]
+    return lines
+
+
 def runs_present(runs: dict[str, dict[int, RunData]], finetuning: dict) -> list[str]:
     lines = ["## Runs in results/reproduce_tmr/", "", "| arm | pretraining seeds (5,000 steps) | fine-tuned checkpoints |",
              "|---|---|---|"]
@@ -444,8 +506,9 @@ def main() -> int:
         header += [f"Held-out set: {heldout.get('examples')} examples from python-docs (snapshot v1) lines "
                    f"{heldout.get('start_line', 16600):,} on, corrupted once by the reference generator "
                    f"(replaced share {heldout.get('replaced_share', float('nan')):.4f}).", ""]
-    body = (runs_present(runs, finetuning) + primary_table(runs) + delay_table(runs) + tables(runs)
-            + finetune_tables(glue_scores(finetuning)))
+    first = only(runs, EXPLORATORY_SEEDS)  # the 5-pair tables stay what they were: seeds 0-4
+    body = (runs_present(runs, finetuning) + primary_table(first) + delay_table(first)
+            + confirmatory_tables(runs, finetuning) + tables(runs) + finetune_tables(glue_scores(finetuning)))
     results.mkdir(parents=True, exist_ok=True)
     (results / "reproduction_tables.md").write_text("\n".join(header + body) + "\n")
     plot(runs, results / "reproduction_curves.png")
