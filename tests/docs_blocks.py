@@ -21,6 +21,7 @@ EXECUTED = {
     ("docs/sampler.md", "# A fixed dataset"): "tests/test_readme_sampler.py",
     ("docs/selection.md", "# Score, then select"): "tests/test_selection_torch.py",
     ("docs/ray.md", "# Replay across machines"): "tests/ray/test_readme_ray.py",
+    ("docs/sb3.md", "# Prioritized replay for Stable-Baselines3"): "tests/sb3/test_docs_example.py",
     ("docs/distributed.md", "**Prioritized sampling over a fixed dataset under DDP**"): "tests/distributed/jobs.py",
     ("docs/distributed.md", "**Score-then-select under DDP**"): "tests/distributed/jobs.py",
 }

@@ -29,6 +29,7 @@ from .storage import Storage
 from .._arrays import to_numpy
 from ..strategies import Strategy, TreeReadView
 from ..sumtree import SumTree
+from .. import _checks as checks
 
 STATE_VERSION = 2
 
@@ -96,10 +97,8 @@ class ReplayBuffer:
     def __init__(self, capacity: int, alpha: float = 1.0, beta: float | None = None,
                  strategy: Strategy | None = None, storage: Storage | None = None, seed: int | None = None,
                  sampling: str = "stratified", tree_dtype: Any = np.float64) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
-        if not (isinstance(alpha, (int, float, np.floating)) and np.isfinite(alpha) and alpha >= 0):
-            raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
+        checks.integer("capacity", capacity, 1)
+        checks.number("alpha", alpha, 0)
         if beta is not None and not (isinstance(beta, (int, float, np.floating)) and np.isfinite(beta)
                                      and beta >= 0):
             raise ValueError(f"beta must be None or a finite number >= 0, got {beta!r}")
@@ -250,10 +249,7 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ sample
     def sample(self, k: int) -> Sample:
         """Draw k examples (with replacement) by weight; see the class docstring for the all-zero case."""
-        if type(k) is not int and (isinstance(k, bool) or not isinstance(k, (int, np.integer))):
-            raise ValueError(f"k must be an integer >= 1, got {k!r}")
-        if k < 1:
-            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        k = k if type(k) is int and k >= 1 else checks.integer("k", k, 1)  # the common case without a call
         if self.size == 0:
             raise ValueError("cannot sample from an empty buffer; add examples first")
         counters = self.counters

@@ -40,6 +40,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from .. import _checks as checks
+
 LAUNCHER_GONE_EXIT = 3  # a rank's exit status when it stopped because its launcher died
 # The parent at import, which is early in a rank's life (the script's first lines): a launcher that dies before
 # the watchdog starts (a rank still importing torch, or waiting in the rendezvous) is still noticed.
@@ -114,8 +116,7 @@ def fork_safe_context(num_workers: int) -> Any:
         >>> fork_safe_context(0) is None
         True
     """
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+    checks.integer("num_workers", num_workers, 0)
     if num_workers == 0 or not is_threaded():
         return None
     return multiprocessing.get_context("spawn")

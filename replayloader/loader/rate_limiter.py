@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..state.checks import integer
+from .. import _checks as checks
 
 
 class RateLimitTimeout(TimeoutError):
@@ -41,12 +42,6 @@ class LimiterConfigError(ValueError):
     """The limiter's settings would let inserts and samples of the given sizes block each other forever."""
 
 
-def _check_number(name: str, value: float, low: float, *, strict: bool = False) -> float:
-    ok = (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-          and np.isfinite(value) and (value > low if strict else value >= low))
-    if not ok:
-        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
-    return float(value)
 
 
 class RateLimiter:
@@ -61,13 +56,13 @@ class RateLimiter:
 
     def __init__(self, samples_per_insert: float, min_size: int = 1, error_buffer: float = 100.0,
                  timeout: float = 60.0) -> None:
-        self.samples_per_insert = _check_number("samples_per_insert", samples_per_insert, 0.0, strict=True)
+        self.samples_per_insert = checks.number("samples_per_insert", samples_per_insert, 0.0, low_open=True)
         if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 1:
             raise ValueError(f"min_size must be an integer >= 1 (nothing can be sampled from an empty buffer), "
                              f"got {min_size!r}")
         self.min_size = int(min_size)
-        self.error_buffer = _check_number("error_buffer", error_buffer, 0.0, strict=True)
-        self.timeout = _check_number("timeout", timeout, 0.0, strict=True)
+        self.error_buffer = checks.number("error_buffer", error_buffer, 0.0, low_open=True)
+        self.timeout = checks.number("timeout", timeout, 0.0, low_open=True)
         self.insert_timeout: float | None = self.timeout  # None: producers wait as long as the learner needs
         self.unit = ("example", "examples")  # what inserts and samples count (singular, plural), for messages
         offset = self.samples_per_insert * self.min_size

@@ -31,6 +31,7 @@ from ..buffer.locked import LockedBuffer
 from .rate_limiter import LimiterConfigError, RateLimiter, RateLimitTimeout, credit_limiter
 from ..state.checks import InvalidState, field, integer, number
 from .workers import OrderedFeed, ProducerPool
+from .. import _checks as checks
 
 
 @dataclass
@@ -82,12 +83,9 @@ class ReplayDataLoader:
             raise TypeError(f"producer must be callable, got {type(producer).__name__}")
         if not isinstance(buffer, ReplayBuffer):
             raise TypeError(f"buffer must be a ReplayBuffer, got {type(buffer).__name__}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        if not (isinstance(replay_ratio, (int, float)) and np.isfinite(replay_ratio) and replay_ratio > 0):
-            raise ValueError(f"replay_ratio must be a finite number > 0, got {replay_ratio!r}")
-        if steps is not None and (not isinstance(steps, (int, np.integer)) or steps < 0):
-            raise ValueError(f"steps must be None or an integer >= 0, got {steps!r}")
+        checks.integer("batch_size", batch_size, 1)
+        checks.number("replay_ratio", replay_ratio, 0, low_open=True)
+        checks.optional_integer("steps", steps, 0)
         if source is None and steps is None:
             raise ValueError("give a source iterable or a number of steps, or the loader would never end")
         if not 0 <= min_size <= buffer.capacity:
@@ -405,18 +403,14 @@ def _batch_length(examples: Mapping) -> int:
 
 def _check_workers(workers: Any, kind: str, queue_size: Any, rate_limiter: Any, min_size: int,
                    timeout: Any, batch_size: int) -> None:
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 0:
-        raise ValueError(f"workers must be an integer >= 0, got {workers!r}")
+    checks.integer("workers", workers, 0)
     if kind not in ("thread", "process"):
         raise ValueError(f"worker_kind must be 'thread' or 'process', got {kind!r}")
-    if queue_size is not None and (isinstance(queue_size, bool) or not isinstance(queue_size, (int, np.integer))
-                                   or queue_size < 1):
-        raise ValueError(f"queue_size must be None or an integer >= 1, got {queue_size!r}")
+    checks.optional_integer("queue_size", queue_size, 1)
     if rate_limiter is not None:
         if not isinstance(rate_limiter, RateLimiter):
             raise TypeError(f"rate_limiter must be a RateLimiter, got {type(rate_limiter).__name__}")
         rate_limiter.check_progress(1, batch_size)  # the part known now; the produced batch size is checked on arrival
         if min_size:
             raise ValueError(f"min_size={min_size!r} with a rate_limiter: set the limiter's min_size instead")
-    if not (isinstance(timeout, (int, float)) and np.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"timeout must be a finite number > 0, got {timeout!r}")
+    checks.number("timeout", timeout, 0, low_open=True)

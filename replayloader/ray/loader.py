@@ -30,6 +30,7 @@ from ..loader.rate_limiter import RateLimiter, credit_limiter
 from ..loader.workers import OrderedFeed, WorkerError
 from .remote import RemoteBuffer
 from .sharded_buffer import ShardedBuffer
+from .. import _checks as checks
 
 
 class ProducerDied(WorkerError):
@@ -137,21 +138,15 @@ class RayReplayLoader:
                                 f"{producer!r}")
         if not isinstance(buffer, (RemoteBuffer, ShardedBuffer)):
             raise TypeError(f"buffer must be a RemoteBuffer or ShardedBuffer, got {type(buffer).__name__}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        checks.integer("batch_size", batch_size, 1)
         if source is None and steps is None:
             raise ValueError("give a source iterable or a number of steps, or the loader would never end")
-        if steps is not None and (isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0):
-            raise ValueError(f"steps must be None or an integer >= 0, got {steps!r}")
-        if not (isinstance(replay_ratio, (int, float)) and np.isfinite(replay_ratio) and replay_ratio > 0):
-            raise ValueError(f"replay_ratio must be a finite number > 0, got {replay_ratio!r}")
+        checks.optional_integer("steps", steps, 0)
+        checks.number("replay_ratio", replay_ratio, 0, low_open=True)
         if rate_limiter is not None and not isinstance(rate_limiter, RateLimiter):
             raise TypeError(f"rate_limiter must be a RateLimiter, got {type(rate_limiter).__name__}")
-        if window is not None and (isinstance(window, bool) or not isinstance(window, (int, np.integer))
-                                   or window < 1):
-            raise ValueError(f"window must be None or an integer >= 1, got {window!r}")
-        if not (isinstance(timeout, (int, float)) and np.isfinite(timeout) and timeout > 0):
-            raise ValueError(f"timeout must be a finite number > 0, got {timeout!r}")
+        checks.optional_integer("window", window, 1)
+        checks.number("timeout", timeout, 0, low_open=True)
         if restart is not None and not callable(restart):
             raise TypeError(f"restart must be None or a callable i -> actor handle, got {restart!r}")
         self.producers = producers

@@ -26,6 +26,7 @@ from ..buffer.feedback import as_feedback_array, check_values
 from .._arrays import is_torch_tensor, to_numpy
 from .remote import RemoteBuffer, call
 from .server import Mass
+from .. import _checks as checks
 
 
 class ShardedBuffer:
@@ -94,8 +95,7 @@ class ShardedBuffer:
 
     def sample(self, k: int) -> Sample:
         """k draws with replacement from the union, with the union's probabilities and importance weights."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ValueError(f"k must be an integer >= 1, got {k!r}")
+        checks.integer("k", k, 1)
         masses = self.masses()
         counts = self.split(int(k), masses)
         chosen = np.flatnonzero(counts)

@@ -32,6 +32,7 @@ from ..state.checks import array, counters, field, finite_nonnegative, integer, 
 from .._arrays import to_numpy
 from ..strategies import Initializer, LossValue, MeanWeight, WeightUpdate
 from ..sumtree import SumTree
+from .. import _checks as checks
 
 STATE_VERSION = 1
 
@@ -55,31 +56,13 @@ class LinearSchedule:
     """beta(step): linear from ``start`` to ``end`` over ``steps`` batches, then constant (PER's annealing)."""
 
     def __init__(self, start: float, end: float, steps: int) -> None:
-        for name, value in (("start", start), ("end", end)):
-            if not (np.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-        if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-            raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+        checks.number("start", start, 0)
+        checks.number("end", end, 0)
+        checks.integer("steps", steps, 1)
         self.start, self.end, self.steps = float(start), float(end), int(steps)
 
     def __call__(self, step: int) -> float:
         return self.start + (self.end - self.start) * min(step / self.steps, 1.0)
-
-
-def _check_number(name: str, value: Any, low: float, high: float = math.inf, low_open: bool = False) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    ok = ok and np.isfinite(value) and (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        bound = f"> {low}" if low_open else f">= {low}"
-        raise ValueError(f"{name} must be a finite number {bound}" + (f" and <= {high}" if high < math.inf else "")
-                         + f", got {value!r}")
-    return float(value)
-
-
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
 
 
 class _View:
@@ -134,18 +117,18 @@ class PrioritizedSampler:
                  beta: float | Callable[[int], float] | None = None, update: WeightUpdate | None = None,
                  init: Initializer | None = None, sampling: str = "stratified", uniform_fraction: float = 0.0,
                  floor: float = 1e-6, warmup_epochs: int = 1, features: Any = None, seed: int | None = None) -> None:
-        self.num_examples = _check_int("num_examples", num_examples, 1)
-        self.batch_size = _check_int("batch_size", batch_size, 1)
-        self.alpha = _check_number("alpha", alpha, 0.0)
+        self.num_examples = checks.integer("num_examples", num_examples, 1)
+        self.batch_size = checks.integer("batch_size", batch_size, 1)
+        self.alpha = checks.number("alpha", alpha, 0.0)
         if beta is not None and not callable(beta):
-            beta = _check_number("beta", beta, 0.0)
+            beta = checks.number("beta", beta, 0.0)
         self.beta = beta
         if sampling not in ("stratified", "independent"):
             raise ValueError(f"sampling must be 'stratified' or 'independent', got {sampling!r}")
         self.sampling = sampling
-        self.uniform_fraction = _check_number("uniform_fraction", uniform_fraction, 0.0, 1.0)
-        self.floor = _check_number("floor", floor, 0.0, low_open=True)
-        self.warmup_epochs = _check_int("warmup_epochs", warmup_epochs, 0)
+        self.uniform_fraction = checks.number("uniform_fraction", uniform_fraction, 0.0, 1.0)
+        self.floor = checks.number("floor", floor, 0.0, low_open=True)
+        self.warmup_epochs = checks.integer("warmup_epochs", warmup_epochs, 0)
         self.update_rule = LossValue() if update is None else update
         self.init = MeanWeight() if init is None else init
         for name, value, kind in (("update", self.update_rule, WeightUpdate), ("init", self.init, Initializer)):

@@ -17,7 +17,6 @@ detached and copied); where the candidates come from and how the chosen rows are
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,22 +25,9 @@ import numpy as np
 
 from ..kernels.rng import seed_state, uniforms
 from .._arrays import to_numpy
+from .. import _checks as checks
 
 STATE_VERSION = 1
-
-
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
-def _check_number(name: str, value: Any, low: float, high: float = math.inf) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if not (ok and np.isfinite(value) and low <= value <= high):
-        bound = f"in [{low}, {high}]" if high < math.inf else f">= {low}"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
-    return float(value)
 
 
 @dataclass
@@ -171,7 +157,7 @@ class TopK(Rule):
     name = "top_k"
 
     def __init__(self, k: int) -> None:
-        self.k = _check_int("k", k, 1)
+        self.k = checks.integer("k", k, 1)
 
     def pick(self, scores, rng, k):
         return top_k_positions(scores, k), np.ones(k), None, None
@@ -193,9 +179,9 @@ class Proportional(Rule):
     uses_rng = True
 
     def __init__(self, k: int, alpha: float = 1.0, beta: float = 1.0) -> None:
-        self.k = _check_int("k", k, 1)
-        self.alpha = _check_number("alpha", alpha, 0.0)
-        self.beta = _check_number("beta", beta, 0.0)
+        self.k = checks.integer("k", k, 1)
+        self.alpha = checks.number("alpha", alpha, 0.0)
+        self.beta = checks.number("beta", beta, 0.0)
 
     def config(self) -> dict:
         return {**super().config(), "alpha": self.alpha, "beta": self.beta}
@@ -226,9 +212,9 @@ class SelectiveBackprop(Rule):
     uses_rng = True
 
     def __init__(self, beta: float = 1.0, history: int = 1024, min_keep: float = 0.0) -> None:
-        self.beta = _check_number("beta", beta, 0.0)
-        self.history = _check_int("history", history, 1)
-        self.min_keep = _check_number("min_keep", min_keep, 0.0, 1.0)
+        self.beta = checks.number("beta", beta, 0.0)
+        self.history = checks.integer("history", history, 1)
+        self.min_keep = checks.number("min_keep", min_keep, 0.0, 1.0)
         self.recent = np.empty(0, np.float64)  # oldest first, at most `history`
 
     def config(self) -> dict:

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .. import _checks as checks
 from .._arrays import to_numpy
 from ..state.checks import InvalidState, array, field_names, number, require
 from .fused import overrides
@@ -97,7 +98,7 @@ class MeanWeight(Initializer):
     name = "mean"
 
     def __init__(self, default: float = 1.0) -> None:
-        _check_positive("default", default)
+        checks.number("default", default, 0, low_open=True)
         self.default = float(default)
 
     def constant_weight(self, view):
@@ -113,7 +114,7 @@ class MaxWeight(Initializer):
     name = "max"
 
     def __init__(self, default: float = 1.0) -> None:
-        _check_positive("default", default)
+        checks.number("default", default, 0, low_open=True)
         self.max_seen = float(default)
 
     def constant_weight(self, view):
@@ -190,8 +191,7 @@ class LinUCB(Initializer):
 
     def __init__(self, features: Featurizer | str | None = None, exploration: float = 1.0,
                  floor: float = 1e-6) -> None:
-        if not np.isfinite(exploration) or exploration < 0:
-            raise ValueError(f"exploration must be a finite number >= 0, got {exploration!r}")
+        checks.number("exploration", exploration, 0)
         self.featurize = TokenIdFeatures(features) if features is None or isinstance(features, str) else features
         self.exploration = float(exploration)
         self.floor = float(floor)
@@ -244,8 +244,3 @@ class LinUCB(Initializer):
             except np.linalg.LinAlgError:
                 raise InvalidState(f"{where}['A'] is not symmetric positive definite") from None
         self.A, self.b, self._a_inv = a, b, None
-
-
-def _check_positive(name: str, value: float) -> None:
-    if not (np.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")

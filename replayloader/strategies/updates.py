@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from ..kernels.buffer import forget, resolve_ids, write_rule_result
+from .. import _checks as checks
 from .._arrays import to_numpy
 from ..state.checks import array, finite_nonnegative, require
 from .fused import FusedStep, drop_inherited_step, overrides
@@ -47,8 +48,7 @@ class WeightUpdate:
             cls.value_keywords = () if cls.feedback_key is None else (cls.feedback_key,)
 
     def __init__(self, floor: float = 1e-6) -> None:
-        if not (np.isfinite(floor) and floor >= 0):
-            raise ValueError(f"floor must be a finite number >= 0, got {floor!r}")
+        checks.number("floor", floor, 0)
         self.floor = float(floor)
 
     def bind(self, capacity: int) -> None:

@@ -18,7 +18,7 @@ from replayloader._moved import MOVED_MODULES, MOVED_NAMES
 PACKAGE = Path(replayloader.__file__).parent
 # Lower layers never import higher ones. A folder may import its own layer's other folders only where listed.
 LAYERS = [
-    {"_arrays", "_moved", "kernels", "state"},
+    {"_arrays", "_checks", "_moved", "kernels", "state"},
     {"sumtree", "strategies"},
     {"buffer"},
     {"sampler", "loader"},
@@ -47,8 +47,10 @@ def module_level_imports(path: Path) -> set[str]:
             else:
                 target = node.module or ""
             if target.startswith("replayloader"):
-                found.add(target)
-                found.update(f"{target}.{alias.name}" for alias in node.names)  # `from . import x`
+                if node.module:  # `from .x import y`: module x (y may be a submodule too)
+                    found.add(target)
+                # `from .. import x` needs x only: the package itself is already importing, by definition
+                found.update(f"{target}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.startswith("replayloader"))
     modules = {module_name(p) for p in PACKAGE.rglob("*.py")}

@@ -1,0 +1,237 @@
+"""PER vs uniform replay inside Stable-Baselines3's DQN on MinAtar Breakout: a resumable driver (issue 30).
+
+    python experiments/sb3_minatar.py                      # the protocol's grid: arms uniform per, seeds 0-4
+    python experiments/sb3_minatar.py --list               # each run, done or not, and its command; runs nothing
+    python experiments/sb3_minatar.py --summary            # the protocol's endpoints from the finished records
+    python experiments/sb3_minatar.py --arm per --seed 0   # one run in this process (what the driver starts)
+
+Protocol: results/sb3_minatar_protocol.md. The driver starts one process per (arm, seed), seed by seed with
+both arms of a seed next to each other (finished pairs arrive early), one at a time, under ``nice``. A run
+writes its record ``<results>/breakout_<arm>_seed<seed>.json.gz`` only when it finishes (atomically), so
+starting the driver again skips finished runs; an interrupted run starts again from frame 0 (SB3 cannot save
+the environments' state mid-episode, so a mid-run resume would not be identical to an uninterrupted run).
+
+Arms: ``uniform`` is `stable_baselines3.DQN` with SB3's own `ReplayBuffer`; ``per`` is
+`replayloader.sb3.PrioritizedDQN` (alpha 0.6, beta 0.4 -> 1 over the run, priority |TD| + 1e-3). Everything
+else is shared.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+GAME, ENV_ID = "breakout", "MinAtar/Breakout-v1"
+ARMS = ("uniform", "per")
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "sb3_minatar"
+
+
+def record_path(results: Path, arm: str, seed: int) -> Path:
+    return results / f"{GAME}_{arm}_seed{seed}.json.gz"
+
+
+# ----------------------------------------------------------------------------------------------- one run
+def make_env(seed: int):
+    import gymnasium as gym
+    from minatar.gym import register_envs
+    from stable_baselines3.common.monitor import Monitor
+
+    if ENV_ID not in gym.registry:
+        register_envs()
+    env = Monitor(gym.make(ENV_ID))  # minimal action set, sticky actions 0.1, difficulty ramping: the defaults
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env
+
+
+def young_tian_extractor():
+    """Young & Tian 2019's MinAtar network body: conv 3x3, 16 channels, stride 1 -> ReLU -> linear 128 -> ReLU
+    (the Q head on top is SB3's). Observations are (10, 10, channels) booleans, moved channels-first here."""
+    import torch
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    class YoungTian(BaseFeaturesExtractor):
+        def __init__(self, observation_space):
+            super().__init__(observation_space, features_dim=128)
+            height, width, channels = observation_space.shape
+            self.conv = torch.nn.Conv2d(channels, 16, kernel_size=3, stride=1)
+            self.head = torch.nn.Linear(16 * (height - 2) * (width - 2), 128)
+
+        def forward(self, observations):
+            x = torch.relu(self.conv(observations.float().permute(0, 3, 1, 2)))
+            return torch.relu(self.head(x.flatten(1)))
+
+    return YoungTian
+
+
+def evaluate(model, env, episodes: int, max_frames: int, rng: np.random.Generator) -> list[float]:
+    """Returns of ``episodes`` episodes at epsilon 0.001 (at most ``max_frames`` frames in all)."""
+    returns, frames = [], 0
+    for _ in range(episodes):
+        obs, _ = env.reset()
+        total, done = 0.0, False
+        while not done and frames < max_frames:
+            if rng.random() < 0.001:
+                action = env.action_space.sample()
+            else:
+                action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(int(action))
+            total, frames, done = total + float(reward), frames + 1, terminated or truncated
+        if done:
+            returns.append(total)
+    return returns
+
+
+def run(arm: str, seed: int, frames: int, out: Path, *, learning_starts: int = 5_000, eval_every: int = 50_000,
+        eval_episodes: int = 5) -> None:
+    import stable_baselines3
+    import torch
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    from replayloader import LinearSchedule
+    from replayloader.sb3 import PrioritizedDQN
+
+    torch.set_num_threads(1)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    episodes: list[tuple[int, float, float]] = []  # (frame at the end, return, training CPU seconds)
+    evals: list[dict] = []
+    eval_env, eval_rng = make_env(seed + 10_000), np.random.default_rng(seed + 10_000)
+    eval_cpu = 0.0
+
+    class Record(BaseCallback):
+        def _on_step(self) -> bool:
+            nonlocal eval_cpu
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    episodes.append((self.num_timesteps, float(info["episode"]["r"]),
+                                     time.process_time() - cpu0 - eval_cpu))
+            if self.num_timesteps % eval_every == 0 or self.num_timesteps == frames:
+                start = time.process_time()
+                returns = evaluate(self.model, eval_env, eval_episodes, 20_000, eval_rng)
+                evals.append({"frame": self.num_timesteps, "returns": returns})
+                eval_cpu += time.process_time() - start
+            return True
+
+    shared = dict(learning_rate=2.5e-4, buffer_size=100_000, learning_starts=learning_starts, batch_size=32,
+                  gamma=0.99, train_freq=4, gradient_steps=1, target_update_interval=1_000,
+                  exploration_initial_eps=1.0, exploration_final_eps=0.01,
+                  exploration_fraction=min(1.0, (learning_starts + 100_000) / frames),
+                  policy_kwargs={"features_extractor_class": young_tian_extractor(), "net_arch": [],
+                                 "optimizer_kwargs": {"eps": 3.125e-4}},
+                  seed=seed, device="cpu")
+    buffer = {"alpha": 0.6, "beta": LinearSchedule(0.4, 1.0, steps=1), "priority_eps": 1e-3}
+    if arm == "per":
+        model = PrioritizedDQN("MlpPolicy", make_env(seed), replay_buffer_kwargs=buffer, **shared)
+    else:
+        model = DQN("MlpPolicy", make_env(seed), **shared)
+    model.learn(total_timesteps=frames, callback=Record())
+
+    frame, ret, cpu = (np.array(column) for column in zip(*episodes)) if episodes else ([], [], [])
+    record = {
+        "game": GAME, "env_id": ENV_ID, "arm": arm, "seed": seed, "frames": frames, "finished": True,
+        "config": {k: v for k, v in shared.items() if k != "policy_kwargs"} | {"network": "young_tian_2019"}
+        | ({"alpha": 0.6, "beta": "linear 0.4 -> 1.0 over the run", "priority_eps": 1e-3} if arm == "per"
+           else {"buffer": "stable_baselines3 ReplayBuffer"}),
+        "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
+                     "numpy": np.__version__},
+        "episodes": {"frame": np.asarray(frame).tolist(), "return": np.asarray(ret).tolist(),
+                     "cpu_s": np.round(cpu, 3).tolist()},
+        "evals": evals, "train_cpu_s": round(time.process_time() - cpu0 - eval_cpu, 2),
+        "wall_s": round(time.perf_counter() - wall0, 1),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    with gzip.open(partial, "wt") as handle:
+        json.dump(record, handle, separators=(",", ":"))
+    os.replace(partial, out)  # a record exists only once its run finished
+    print(f"{out.name}: {len(episodes)} episodes, last-10% mean return {last_tenth_mean(record):.2f}, "
+          f"{record['train_cpu_s']:.0f} CPU s", flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ driver
+def last_tenth_mean(record: dict) -> float:
+    """Primary endpoint of one run: the mean return of training episodes ending in the last 10% of frames."""
+    frame, ret = np.asarray(record["episodes"]["frame"]), np.asarray(record["episodes"]["return"])
+    late = frame > 0.9 * record["frames"]
+    return float(ret[late].mean()) if late.any() else math.nan
+
+
+def summary(results: Path, seeds: list[int]) -> str:
+    """Paired per - uniform difference of the primary endpoint over the seeds with both arms finished."""
+    from scipy import stats
+
+    rows, diffs = [], []
+    for seed in seeds:
+        paths = [record_path(results, arm, seed) for arm in ARMS]
+        if not all(p.exists() for p in paths):
+            continue
+        uniform, per = (last_tenth_mean(json.load(gzip.open(p, "rt"))) for p in paths)
+        rows.append(f"| {seed} | {uniform:.2f} | {per:.2f} | {per - uniform:+.2f} |")
+        diffs.append(per - uniform)
+    lines = ["| seed | uniform | per | per - uniform |", "|---:|---:|---:|---:|", *rows]
+    if len(diffs) >= 2:
+        d = np.array(diffs)
+        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
+        p = stats.ttest_1samp(d, 0.0).pvalue
+        status = "" if len(d) >= 5 else " (PARTIAL: fewer than 5 pairs, not a verdict)"
+        lines.append(f"\nMean difference {d.mean():+.2f}, 95% CI [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}], "
+                     f"paired t p = {p:.3g}, {len(d)} pairs{status}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--arm", choices=ARMS, help="with --seed: one run in this process")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--frames", type=int, default=1_500_000)
+    parser.add_argument("--learning-starts", type=int, default=5_000)
+    parser.add_argument("--eval-every", type=int, default=50_000)
+    parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--nice", type=int, default=15)
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--summary", action="store_true")
+    args = parser.parse_args(argv)
+
+    if args.summary:
+        print(summary(args.results, args.seeds))
+        return
+    if (args.arm is None) != (args.seed is None):
+        parser.error("--arm and --seed go together (one run); leave both out to drive the grid")
+    settings = ["--frames", str(args.frames), "--learning-starts", str(args.learning_starts),
+                "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
+                "--results", str(args.results)]
+    if args.arm is not None:
+        run(args.arm, args.seed, args.frames, record_path(args.results, args.arm, args.seed),
+            learning_starts=args.learning_starts, eval_every=args.eval_every, eval_episodes=args.eval_episodes)
+        return
+    for seed in args.seeds:
+        for arm in args.arms:
+            out = record_path(args.results, arm, seed)
+            command = ["nice", "-n", str(args.nice), sys.executable, str(Path(__file__).resolve()),
+                       "--arm", arm, "--seed", str(seed), *settings]
+            if args.list:
+                print(f"{out.name}\t{'done' if out.exists() else 'to run'}\t{' '.join(command)}")
+                continue
+            if out.exists():
+                print(f"{out.name}: done, skipped", flush=True)
+                continue
+            print(f"{out.name}: running", flush=True)
+            done = subprocess.run(command)
+            if done.returncode != 0:
+                sys.exit(f"{out.name}: the run failed (exit {done.returncode}); the driver stops here")
+
+
+if __name__ == "__main__":
+    main()

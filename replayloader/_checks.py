@@ -1,0 +1,42 @@
+"""Argument checks, written once: every public constructor and call checks its arguments here, before any state
+changes, and a bad value gets the same sentence everywhere, naming the argument and the value.
+
+(Checks of a *loaded state* are a different rule with their own error type: ``replayloader.state.checks``.)
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+_INTEGERS = (int, np.integer)
+_NUMBERS = (int, float, np.integer, np.floating)
+
+
+def integer(name: str, value: Any, low: int, high: int | None = None, why: str = "") -> int:
+    """``value`` as an int, if it is an integer (not a bool) in [low, high]; else a ValueError naming ``name``."""
+    ok = isinstance(value, _INTEGERS) and not isinstance(value, bool) and value >= low
+    if not ok or (high is not None and value > high):
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be an integer {bound}{f' ({why})' if why else ''}, got {value!r}")
+    return int(value)
+
+
+def optional_integer(name: str, value: Any, low: int) -> int | None:
+    """None, or ``value`` as an int >= ``low``."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, _INTEGERS) or value < low):
+        raise ValueError(f"{name} must be None or an integer >= {low}, got {value!r}")
+    return None if value is None else int(value)
+
+
+def number(name: str, value: Any, low: float = -math.inf, high: float = math.inf, *, low_open: bool = False) -> float:
+    """``value`` as a float, if it is a finite real number (not a bool) above ``low`` (strictly with ``low_open``)
+    and at most ``high``; else a ValueError naming ``name``."""
+    ok = isinstance(value, _NUMBERS) and not isinstance(value, bool)
+    ok = ok and bool(np.isfinite(value)) and (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        bound = (f"> {low}" if low_open else f">= {low}") if low > -math.inf else ""
+        bound += (" and " if bound else "") + f"<= {high}" if high < math.inf else ""
+        raise ValueError(f"{name} must be a finite number{' ' + bound if bound else ''}, got {value!r}")
+    return float(value)

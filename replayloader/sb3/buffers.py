@@ -1,0 +1,101 @@
+"""The two SB3 buffer classes with prioritized sampling: storage and `add` are SB3's, the rule is
+`PrioritizedMixin`'s, and each class here only reads the sampled rows.
+
+Why the gathering is re-written rather than inherited: SB3's ``_get_samples`` draws the env of each sampled
+row itself (uniformly, from numpy's global RNG); prioritized sampling must choose the (position, env) pair
+together, so the pair is passed in. The reading follows SB3 2.9's ``ReplayBuffer._get_samples`` /
+``DictReplayBuffer._get_samples`` field for field: next observation from the next row when
+``optimize_memory_usage``, a done that came from a time limit counts as not done when
+``handle_timeout_termination``, observations and rewards normalized through ``env`` (a `VecNormalize`) when one
+is given.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
+
+from .priorities import PrioritizedMixin
+from .samples import PrioritizedDictReplayBufferSamples, PrioritizedReplayBufferSamples
+
+
+class PrioritizedReplayBuffer(PrioritizedMixin, ReplayBuffer):
+    """SB3's `ReplayBuffer` with proportional prioritized sampling (Schaul et al. 2016).
+
+    Positional arguments are SB3's (``buffer_size, observation_space, action_space, device, n_envs,
+    optimize_memory_usage, handle_timeout_termination``); the prioritized options are keyword-only and are
+    usually given through an algorithm's ``replay_buffer_kwargs``:
+
+    Args:
+        alpha: priority exponent, P(i) ∝ (priority_i + priority_eps) ** alpha; 0 samples uniformly.
+        beta: importance-weight exponent in [0, 1], a float or a callable of training progress (0 → 1);
+            default ``replayloader.LinearSchedule(0.4, 1.0, steps=1)``, PER's annealing to 1 over ``learn``.
+            Use a picklable callable (not a lambda) if you save the buffer.
+        priority_eps: added to every priority, so that no transition's probability is 0.
+        require_feedback: raise `MissingFeedbackError` on a `sample` whose previous batch got no
+            `update_priorities` (the guard against algorithms that never feed priorities back).
+        seed: seed of the buffer's own sampling RNG; None derives it from numpy's global RNG (which SB3 seeds).
+
+    Samples are `PrioritizedReplayBufferSamples`: SB3's fields, then ``weights`` and ``indices``.
+
+    >>> import numpy as np
+    >>> from gymnasium import spaces
+    >>> from replayloader.sb3 import PrioritizedReplayBuffer
+    >>> buffer = PrioritizedReplayBuffer(100, spaces.Box(-1, 1, (3,)), spaces.Discrete(2), n_envs=2,
+    ...                                  alpha=0.6, beta=0.4, seed=0)
+    >>> for _ in range(10):
+    ...     buffer.add(np.zeros((2, 3)), np.ones((2, 3)), np.array([0, 1]), np.array([1.0, 0.0]),
+    ...                np.array([False, False]), [{}, {}])
+    >>> batch = buffer.sample(4)
+    >>> batch.weights.shape, batch.indices.shape
+    (torch.Size([4, 1]), (4,))
+    >>> buffer.update_priorities(batch.indices, np.array([0.1, 1.0, 3.0, 0.5]))
+    """
+
+    _samples_type = PrioritizedReplayBufferSamples
+
+    def _gather(self, rows: np.ndarray, envs: np.ndarray, env: Any) -> tuple:
+        if self.optimize_memory_usage:
+            following = self.observations[(rows + 1) % self.buffer_size, envs]
+        else:
+            following = self.next_observations[rows, envs]
+        terminal = self.dones[rows, envs] * (1.0 - self.timeouts[rows, envs])
+        return (self.to_torch(self._normalize_obs(self.observations[rows, envs], env)),
+                self.to_torch(self.actions[rows, envs]),
+                self.to_torch(self._normalize_obs(following, env)),
+                self.to_torch(terminal.reshape(-1, 1)),
+                self.to_torch(self._normalize_reward(self.rewards[rows, envs].reshape(-1, 1), env)),
+                None)  # discounts: one-step returns, the algorithm uses its gamma
+
+
+class PrioritizedDictReplayBuffer(PrioritizedMixin, DictReplayBuffer):
+    """SB3's `DictReplayBuffer` with the same prioritized sampling as `PrioritizedReplayBuffer` (same options;
+    ``optimize_memory_usage`` is refused by SB3 for dict observations). Samples are
+    `PrioritizedDictReplayBufferSamples`.
+
+    >>> import numpy as np
+    >>> from gymnasium import spaces
+    >>> from replayloader.sb3 import PrioritizedDictReplayBuffer
+    >>> space = spaces.Dict({"pos": spaces.Box(-1, 1, (2,)), "flag": spaces.Discrete(3)})
+    >>> buffer = PrioritizedDictReplayBuffer(50, space, spaces.Discrete(2), seed=0)
+    >>> obs = {"pos": np.zeros((1, 2)), "flag": np.array([1])}
+    >>> buffer.add(obs, obs, np.array([1]), np.array([0.5]), np.array([False]), [{}])
+    >>> sorted(buffer.sample(2).observations)
+    ['flag', 'pos']
+    """
+
+    _samples_type = PrioritizedDictReplayBufferSamples
+
+    def _gather(self, rows: np.ndarray, envs: np.ndarray, env: Any) -> tuple:
+        def read(storage: dict[str, np.ndarray]) -> dict:
+            picked = self._normalize_obs({key: array[rows, envs] for key, array in storage.items()}, env)
+            return {key: self.to_torch(value) for key, value in picked.items()}  # type: ignore[union-attr]
+
+        terminal = self.dones[rows, envs] * (1.0 - self.timeouts[rows, envs])
+        return (read(self.observations),
+                self.to_torch(self.actions[rows, envs]),
+                read(self.next_observations),
+                self.to_torch(terminal.reshape(-1, 1)),
+                self.to_torch(self._normalize_reward(self.rewards[rows, envs].reshape(-1, 1), env)),
+                None)

@@ -1,0 +1,250 @@
+"""The prioritized-replay rule, written once and shared by both SB3 buffer classes (a mixin).
+
+Why a mixin: SB3 has two replay buffers (flat and dict observations) that differ only in how a batch is
+gathered from storage. Everything about priorities (where they live, how a batch is drawn, how weights are
+computed, what feedback is accepted, how the state is pickled) is the same for both, so it lives here, and
+each concrete class only says how to read rows (`_gather`).
+
+The rule (proportional PER, Schaul et al. 2016):
+
+* one `replayloader.SumTree` leaf per (position, env) slot, flat slot = ``position * n_envs + env``, so every
+  env's transition is its own sampling unit (SB3's uniform buffer picks a position, then an env);
+* a leaf holds ``(priority + priority_eps) ** alpha``; a new transition gets the largest
+  ``priority + priority_eps`` seen so far (1 before any feedback), so it is replayed soon at least once;
+* a batch of K is stratified: draw j falls in the j-th of K equal slices of the total mass;
+  P(i) = leaf_i / sum(leaves);
+* importance weights ``(N * P(i)) ** -beta`` divided by their largest possible value over the buffer, which is
+  ``(N * P_min) ** -beta``; so ``w_i = (P_min / P(i)) ** beta`` <= 1 (the tree keeps the smallest positive
+  leaf at its root, so P_min costs nothing);
+* beta comes from a float or from a schedule called with the training progress (0 at the start of
+  ``learn``, 1 at its end; the prioritized algorithms set it before each update).
+
+Missing feedback is an error, not a silent fallback: with ``require_feedback=True`` (the default) a
+`sample` raises `MissingFeedbackError` when the previous prioritized sample got no `update_priorities` call
+since. An algorithm that never feeds priorities back (SB3's own DQN, SAC, ...) would otherwise train on
+max-priority, i.e. near-uniform, replay with importance weights attached and no warning. Pass
+``require_feedback=False`` to sample without feeding back on purpose (for inspection, say).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+
+from .. import _checks as checks
+from ..sampler import LinearSchedule
+from ..sumtree import SumTree
+
+BetaSchedule = Callable[[float], float]
+
+
+class MissingFeedbackError(RuntimeError):
+    """`sample` was called again before the previous prioritized batch got `update_priorities`."""
+
+
+def _default_beta() -> LinearSchedule:
+    """PER's annealing: beta 0.4 at the start of training, 1.0 at its end (progress runs from 0 to 1)."""
+    return LinearSchedule(0.4, 1.0, steps=1)
+
+
+class PrioritizedMixin:
+    """Proportional prioritized sampling over SB3's storage; see the module docstring for the rule.
+
+    Goes first in the bases (``class X(PrioritizedMixin, ReplayBuffer)``); the concrete class supplies
+    ``_gather(rows, envs, env) -> tuple`` (SB3's six sample fields) and ``_samples_type``.
+    """
+
+    _samples_type: type
+
+    def __init__(self, buffer_size: int, observation_space: spaces.Space, action_space: spaces.Space,
+                 device: th.device | str = "auto", n_envs: int = 1, optimize_memory_usage: bool = False, handle_timeout_termination: bool = True,
+                 *, alpha: float = 0.6, beta: float | BetaSchedule | None = None, priority_eps: float = 1e-6,
+                 require_feedback: bool = True, seed: int | None = None) -> None:
+        self.alpha = checks.number("alpha", alpha, 0.0)
+        if beta is None:
+            beta = _default_beta()
+        elif not callable(beta):
+            beta = checks.number("beta", beta, 0.0, 1.0)
+        self.beta: float | BetaSchedule = beta
+        self.priority_eps = checks.number("priority_eps", priority_eps, 0.0, low_open=True)
+        if not isinstance(require_feedback, (bool, np.bool_)):
+            raise ValueError(f"require_feedback must be a bool, got {require_feedback!r}")
+        self.require_feedback = bool(require_feedback)
+        checks.optional_integer("seed", seed, 0)
+        super().__init__(buffer_size, observation_space, action_space, device, n_envs=n_envs,  # type: ignore[call-arg]
+                         optimize_memory_usage=optimize_memory_usage,
+                         handle_timeout_termination=handle_timeout_termination)
+        # With seed=None the stream still follows numpy's global RNG, which SB3 seeds from `seed=` of the model.
+        self._rng = np.random.default_rng(np.random.randint(2**31 - 1) if seed is None else int(seed))
+        self._env_slots = np.arange(self.n_envs, dtype=np.int64)
+        self.tree = self._new_tree()
+        self._progress = 0.0
+        self._reset_priorities()
+
+    # ----------------------------------------------------------------------------------------------- state
+    def _new_tree(self) -> SumTree:
+        return SumTree(self.buffer_size * self.n_envs, np.float64, min_priority=True, min_key=False,
+                       raw_sum=False)
+
+    def _reset_priorities(self) -> None:
+        self.max_priority = 1.0  # largest priority + eps seen; PER's value for new transitions
+        self._new_leaves = np.full(self.n_envs, self.max_priority ** self.alpha)
+        self._awaiting_feedback = False
+
+    def reset(self) -> None:
+        super().reset()  # type: ignore[misc]
+        self.tree.clear()
+        self._reset_priorities()
+
+    @property
+    def progress(self) -> float:
+        """Fraction of training done, in [0, 1]: the argument a beta schedule is called with."""
+        return self._progress
+
+    @progress.setter
+    def progress(self, value: float) -> None:
+        self._progress = checks.number("progress", value, 0.0, 1.0)
+
+    def current_beta(self) -> float:
+        """Beta for the next sample: the float given, or the schedule at the current `progress`."""
+        if not callable(self.beta):
+            return self.beta
+        value = self.beta(self._progress)
+        try:
+            return checks.number("beta", value, 0.0, 1.0)
+        except ValueError:
+            raise ValueError(f"the beta schedule must return a finite number in [0, 1], got {value!r} at "
+                             f"progress {self._progress}") from None
+
+    def stored_slots(self) -> int:
+        """How many flat (position, env) slots hold a transition: valid indices are [0, stored_slots())."""
+        return self.size() * self.n_envs  # type: ignore[attr-defined]
+
+    def priorities(self) -> np.ndarray:
+        """The sampling mass of every stored slot, ``(priority + eps) ** alpha`` (0: never sampled)."""
+        return self.tree.get(np.arange(self.stored_slots())).copy()
+
+    # ------------------------------------------------------------------------------------------------- add
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        position = self.pos  # type: ignore[attr-defined]
+        super().add(*args, **kwargs)  # type: ignore[misc]
+        slots = self._env_slots + position * self.n_envs
+        self.tree.set_unchecked(slots, self._new_leaves, self._new_leaves, self._new_leaves)
+        if self.optimize_memory_usage:  # type: ignore[attr-defined]
+            # The next position's observation was just overwritten by this transition's next observation:
+            # that transition is no longer valid (SB3 excludes it from sampling for the same reason).
+            stale = self._env_slots + self.pos * self.n_envs  # type: ignore[attr-defined]
+            zeros = np.zeros(self.n_envs)
+            self.tree.set_unchecked(stale, zeros, zeros, zeros)
+
+    # ---------------------------------------------------------------------------------------------- sample
+    def sample(self, batch_size: int, env: Any = None) -> Any:
+        """A stratified prioritized batch: SB3's fields plus ``weights`` (batch, 1) and ``indices`` (batch,).
+
+        Raises `MissingFeedbackError` if ``require_feedback`` and the previous batch got no
+        `update_priorities`; ValueError when nothing is stored yet.
+        """
+        if self._awaiting_feedback:
+            raise MissingFeedbackError(
+                "sample() was called again, but the previous prioritized batch got no update_priorities(). "
+                "The algorithm is not feeding priorities back (SB3's own DQN/SAC/TD3 do not): use "
+                "replayloader.sb3.PrioritizedDQN (or PrioritizedQRDQN), call "
+                "buffer.update_priorities(batch.indices, td_errors) after each sample, or build the buffer "
+                "with require_feedback=False to sample without feedback on purpose.")
+        checks.integer("batch_size", batch_size, 1)
+        slots, weights = self._draw(int(batch_size))
+        rows, envs = np.divmod(slots, self.n_envs)
+        fields = self._gather(rows, envs, env)
+        self._awaiting_feedback = self.require_feedback
+        return self._samples_type(*fields, self.to_torch(weights.reshape(-1, 1)), slots)  # type: ignore
+
+    def _draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Slots drawn with P(i) ∝ leaf_i (stratified) and their importance weights (P_min / P(i)) ** beta."""
+        if not self.tree.total > 0:
+            raise ValueError("cannot sample: the buffer holds no transition yet")
+        beta = self.current_beta()
+        slots = self.tree.sample(self._rng.random(batch_size), stratified=True)
+        leaves = self.tree.get(slots)
+        weights = (self.tree.min_priority() / leaves) ** beta
+        return slots, weights.astype(np.float32)
+
+    def _gather(self, rows: np.ndarray, envs: np.ndarray, env: Any) -> tuple:
+        raise NotImplementedError
+
+    # -------------------------------------------------------------------------------------------- feedback
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """Set the priorities (e.g. |TD error|) of sampled slots, in one batched tree write.
+
+        ``indices``: the ``indices`` of a batch (flat slots); ``priorities``: same shape, finite, >= 0. The
+        stored sampling mass is ``(priority + priority_eps) ** alpha``. Everything is checked before anything is
+        written: on a ValueError the buffer is unchanged. A slot given twice keeps its last value. A slot whose
+        transition became invalid since it was sampled (``optimize_memory_usage``) is skipped.
+
+        >>> import numpy as np
+        >>> from gymnasium import spaces
+        >>> from replayloader.sb3 import PrioritizedReplayBuffer
+        >>> buffer = PrioritizedReplayBuffer(8, spaces.Box(-1, 1, (2,)), spaces.Discrete(2), seed=0)
+        >>> for _ in range(4):
+        ...     buffer.add(np.zeros(2), np.zeros(2), np.array([0]), np.array([1.0]), np.array([False]), [{}])
+        >>> batch = buffer.sample(3)
+        >>> buffer.update_priorities(batch.indices, np.array([0.5, 2.0, 0.1]))
+        >>> buffer.update_priorities(np.array([9]), np.array([1.0]))
+        Traceback (most recent call last):
+        ...
+        ValueError: indices must lie in [0, 4) (the stored (position, env) slots), got indices[0] = 9
+        """
+        slots, values = self._check_feedback(indices, priorities)
+        if self.optimize_memory_usage and self.full:  # type: ignore[attr-defined]
+            valid = slots // self.n_envs != self.pos  # type: ignore[attr-defined]
+            slots, values = slots[valid], values[valid]
+        if values.size:
+            self.tree.set(slots, values ** self.alpha)
+            top = float(values.max())
+            if top > self.max_priority:
+                self.max_priority = top
+                self._new_leaves = np.full(self.n_envs, top ** self.alpha)
+        self._awaiting_feedback = False
+
+    def _check_feedback(self, indices: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+        slots = np.asarray(indices)
+        if slots.ndim != 1:
+            raise ValueError(f"indices must be a 1-D array of sampled slots, got shape {slots.shape}")
+        if slots.size and slots.dtype.kind not in "iu":
+            raise ValueError(f"indices must be integers, got dtype {slots.dtype}")
+        try:
+            values = np.asarray(priorities, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"priorities must be an array of numbers, got {priorities!r}") from err
+        if values.shape != slots.shape:
+            raise ValueError(f"priorities must have the shape of indices {slots.shape}, got shape {values.shape}")
+        slots = slots.astype(np.int64, copy=False)
+        if not slots.size:
+            return slots, values
+        stored = self.stored_slots()
+        if slots.min() < 0 or slots.max() >= stored:  # two reductions on the hot path; locate only on failure
+            j = int(np.flatnonzero((slots < 0) | (slots >= stored))[0])
+            raise ValueError(f"indices must lie in [0, {stored}) (the stored (position, env) slots), "
+                             f"got indices[{j}] = {slots[j]}")
+        if not (values.min() >= 0 and np.isfinite(values.max())):  # NaN fails the first comparison
+            j = int(np.flatnonzero(~(np.isfinite(values) & (values >= 0)))[0])
+            raise ValueError(f"priorities must be finite and >= 0, got priorities[{j}] = {float(values[j])}")
+        return slots, values + self.priority_eps
+
+    # -------------------------------------------------------------------------------------------- pickling
+    def __getstate__(self) -> dict:
+        """SB3 saves a buffer with pickle (`save_replay_buffer`). The tree's column arrays are views of one
+        node array, which pickle would split into independent copies; so the leaves travel as one array and
+        the tree is rebuilt on load. The sampling RNG (a numpy Generator) pickles with its state."""
+        state = self.__dict__.copy()
+        tree = state.pop("tree")
+        state["_leaves"] = tree.get(np.arange(tree.capacity)).copy()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        leaves = state.pop("_leaves")
+        self.__dict__.update(state)
+        self.tree = self._new_tree()
+        self.tree.set(np.arange(leaves.shape[0], dtype=np.int64), leaves)
