@@ -29,6 +29,9 @@ def test_every_driver_starts_from_another_directory(tmp_path):
         "minatar_dqn.py": ["--help"],
         "minatar_driver.py": ["--list", "--runs", str(tmp_path / "minatar")],
         "minatar_summary.py": ["--help"],
+        "sb3_minatar.py": ["--help"],
+        "dqn_cartpole.py": ["--help"],
+        "prioritized_digits.py": ["--help"],
     }
     drivers = {p.name for p in EXPERIMENTS.glob("*.py")} - {"__init__.py", "probe_metrics.py", "run_queue.py",
                                                             "reproduce_tmr_data.py"}

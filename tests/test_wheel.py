@@ -41,7 +41,7 @@ def package_folders() -> set[str]:
 def wheel(tmp_path_factory) -> Path:
     """Built from a copy of the package sources, so the build writes nothing into the checkout."""
     source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     for name in ("replayloader", "integrations"):
         shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
