@@ -166,3 +166,16 @@ def test_trainer_recipe_drops_unused_columns_of_a_datasets_dataset(tmp_path):
                                  train_dataset=dataset, sampler=sampler, data_collator=collate)
     assert np.isfinite(trainer.train().training_loss)
     assert sampler.visits.sum() >= 8  # the warm-up pass was fed back
+
+
+def test_the_batch_sampler_takes_the_sampler_family_not_a_list():
+    """`SamplerLike` is checked structurally: both samplers qualify, and anything else is refused by name."""
+    from replayloader.distributed import DistributedPrioritizedSampler
+    from replayloader.sampler import SamplerLike
+
+    assert isinstance(PrioritizedSampler(10, batch_size=2, seed=0), SamplerLike)
+    assert all(hasattr(DistributedPrioritizedSampler, name) for name in
+               ("next_batch", "update", "settle", "state_dict", "load_state_dict", "__iter__", "__len__"))
+    with pytest.raises(TypeError, match="sampler must be a PrioritizedSampler or a DistributedPrioritizedSampler "
+                                        r"\(a SamplerLike.*got list"):
+        PrioritizedBatchSampler([1, 2, 3])

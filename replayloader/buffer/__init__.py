@@ -4,9 +4,11 @@
 - `Sample`: what a draw returns (data, ids, probabilities, importance weights, ages).
 - `Storage`: the preallocated field arrays (numpy or torch, on their own device).
 - `LockedBuffer`: the same buffer shared between threads.
+- `BufferLike`: the family as a Protocol (what score-then-select needs of any buffer, local or remote).
 """
 from .locked import LockedBuffer
+from .protocol import BufferLike
 from .replay_buffer import ReplayBuffer, Sample
 from .storage import Storage
 
-__all__ = ["ReplayBuffer", "Sample", "Storage", "LockedBuffer"]
+__all__ = ["ReplayBuffer", "Sample", "Storage", "LockedBuffer", "BufferLike"]

@@ -30,6 +30,8 @@ from .._arrays import to_numpy
 from ..strategies import Strategy, TreeReadView
 from ..sumtree import SumTree
 from .. import _checks as checks
+from .. import schedules
+from ..schedules import Schedule, describe, value_at
 
 STATE_VERSION = 2
 
@@ -83,7 +85,8 @@ class ReplayBuffer:
     Args:
         capacity: number of examples kept (N).
         alpha: prioritization exponent; 0 is uniform, 1 samples proportionally to the weights.
-        beta: importance-weight exponent (PER); None skips importance weights. Fixed at construction.
+        beta: importance-weight exponent (PER): a number, a schedule of the sample call (``LinearSchedule(0.4,
+            1.0, steps)`` anneals it as PER does; the call count is checkpointed), or None for no weights.
         strategy: initializer + update + eviction; None means the paper's MeanWeight/LossDifference/EvictLowest.
         storage: a `Storage` to write into (None: a new one; torch tensors stay on their device).
         seed: seed of the sampling generator (its state is checkpointed).
@@ -94,14 +97,12 @@ class ReplayBuffer:
     examples.
     """
 
-    def __init__(self, capacity: int, alpha: float = 1.0, beta: float | None = None,
+    def __init__(self, capacity: int, alpha: float = 1.0, beta: float | Schedule | None = None,
                  strategy: Strategy | None = None, storage: Storage | None = None, seed: int | None = None,
                  sampling: str = "stratified", tree_dtype: Any = np.float64) -> None:
         checks.integer("capacity", capacity, 1)
         checks.number("alpha", alpha, 0)
-        if beta is not None and not (isinstance(beta, (int, float, np.floating)) and np.isfinite(beta)
-                                     and beta >= 0):
-            raise ValueError(f"beta must be None or a finite number >= 0, got {beta!r}")
+        beta = schedules.check("beta", beta)
         if sampling not in ("stratified", "independent"):
             raise ValueError(f"sampling must be 'stratified' or 'independent', got {sampling!r}")
         strategy = Strategy() if strategy is None else strategy
@@ -109,7 +110,7 @@ class ReplayBuffer:
             raise TypeError(f"strategy must be a replayloader.strategies.Strategy, got {type(strategy).__name__}")
         self.capacity = int(capacity)
         self.alpha = float(alpha)
-        self.beta = None if beta is None else float(beta)
+        self.beta = beta
         self.sampling = sampling
         self.strategy = strategy
         # Track only what this configuration reads: P_min for importance weights, the key index for
@@ -135,7 +136,7 @@ class ReplayBuffer:
         self.strategy.bind(self.capacity)
         self.view = BufferReadView(self)
         self.tree_view = TreeReadView(self.tree)  # what evictions see of the tree
-        self._beta_arg = -1.0 if self.beta is None else self.beta  # the kernel's "no importance weights"
+        self._beta_arg = -1.0 if self.beta is None else 0.0  # the kernel's "no importance weights"; see sample
         self._stratified = self.sampling == "stratified"
 
     # ------------------------------------------------------------------ views used by strategies
@@ -266,15 +267,20 @@ class ReplayBuffer:
             age_sum = int(ages.sum())
         else:
             tree = self.tree
+            beta = self._beta_arg if self.beta is None else self.current_beta()
             slots, ids, probabilities, weights, ages, age_sum = draw_sample(
                 tree.nodes, tree.layout, self.meta, self.rng_state, int(k), self._stratified, self.size,
-                self._beta_arg, last_add)
+                beta, last_add)
             if self.beta is None:
                 weights = None
         counters["sample_calls"] += 1
         counters["sampled"] += k
         counters["sampled_age_sum"] += age_sum
         return Sample(self.storage.gather(slots), ids, probabilities, weights, ages)
+
+    def current_beta(self) -> float | None:
+        """β for the next `sample`: the number given, or the schedule at the number of samples drawn so far."""
+        return value_at("beta", self.beta, self.counters["sample_calls"])
 
     # ------------------------------------------------------------------ update
     def update(self, ids: Any, **feedback: Any) -> int:
@@ -366,7 +372,7 @@ class ReplayBuffer:
         }
 
     def _config(self) -> dict:
-        return {"capacity": self.capacity, "alpha": self.alpha, "beta": self.beta, "sampling": self.sampling,
+        return {"capacity": self.capacity, "alpha": self.alpha, "beta": describe(self.beta), "sampling": self.sampling,
                 "tree_dtype": str(self.tree.dtype), "strategy": self.strategy.describe()}
 
     def load_state_dict(self, state: Mapping) -> None:

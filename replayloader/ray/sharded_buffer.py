@@ -51,6 +51,9 @@ class ShardedBuffer:
             raise ValueError(f"sampling must be 'stratified' or 'independent', got {sampling!r}")
         self.shards = shards
         self.alpha, self.beta = shards[0].alpha, shards[0].beta
+        if callable(self.beta):
+            raise ValueError(f"the shards' beta is a schedule ({self.beta!r}); a ShardedBuffer weighs the union with "
+                             "one fixed beta: give every shard a number")
         self.capacity = sum(s.capacity for s in shards)
         self.sampling = sampling
         self.rng = np.random.default_rng(seed)

@@ -33,6 +33,8 @@ from .._arrays import to_numpy
 from ..strategies import Initializer, LossValue, MeanWeight, WeightUpdate
 from ..sumtree import SumTree
 from .. import _checks as checks
+from .. import schedules
+from ..schedules import LinearSchedule, value_at  # noqa: F401 (LinearSchedule: re-exported from its 0.1 home)
 
 STATE_VERSION = 1
 
@@ -50,19 +52,6 @@ class SampledBatch:
 
     def __len__(self) -> int:
         return len(self.indices)
-
-
-class LinearSchedule:
-    """beta(step): linear from ``start`` to ``end`` over ``steps`` batches, then constant (PER's annealing)."""
-
-    def __init__(self, start: float, end: float, steps: int) -> None:
-        checks.number("start", start, 0)
-        checks.number("end", end, 0)
-        checks.integer("steps", steps, 1)
-        self.start, self.end, self.steps = float(start), float(end), int(steps)
-
-    def __call__(self, step: int) -> float:
-        return self.start + (self.end - self.start) * min(step / self.steps, 1.0)
 
 
 class _View:
@@ -120,9 +109,7 @@ class PrioritizedSampler:
         self.num_examples = checks.integer("num_examples", num_examples, 1)
         self.batch_size = checks.integer("batch_size", batch_size, 1)
         self.alpha = checks.number("alpha", alpha, 0.0)
-        if beta is not None and not callable(beta):
-            beta = checks.number("beta", beta, 0.0)
-        self.beta = beta
+        self.beta = schedules.check("beta", beta)
         if sampling not in ("stratified", "independent"):
             raise ValueError(f"sampling must be 'stratified' or 'independent', got {sampling!r}")
         self.sampling = sampling
@@ -185,7 +172,7 @@ class PrioritizedSampler:
         return (1.0 - eps) * p / self.tree.total + eps / self.num_examples
 
     def current_beta(self) -> float | None:
-        return self.beta(self.step) if callable(self.beta) else self.beta
+        return value_at("beta", self.beta, self.step)
 
     # ------------------------------------------------------------------ drawing
     def __len__(self) -> int:
@@ -295,6 +282,10 @@ class PrioritizedSampler:
         return np.ascontiguousarray(arr, np.int64)
 
     # ------------------------------------------------------------------ introspection, checkpoint
+    def settle(self) -> int:
+        """Feedback still in flight: none in one process (the DDP sampler's overlapped gather has some), so 0."""
+        return 0
+
     def stats(self) -> dict[str, float]:
         """Counters and weight statistics (O(N); for logging)."""
         out: dict[str, float] = {"epoch": self.epoch, "position": self.position, "step": self.step, **self.counters}

@@ -25,6 +25,7 @@ import numpy as np
 
 from ..kernels.rng import seed_state, uniforms
 from .._arrays import to_numpy
+from ..state.checks import counters as counter_fields, field, require, rng_words
 from .. import _checks as checks
 
 STATE_VERSION = 1
@@ -233,10 +234,9 @@ class SelectiveBackprop(Rule):
         return {"recent": self.recent.copy()}
 
     def load_state_dict(self, state: Mapping) -> None:
-        recent = np.array(state["recent"], np.float64)
-        if recent.ndim != 1 or len(recent) > self.history:
-            raise ValueError(f"checkpoint history must be 1-D with at most {self.history} scores, got shape "
-                             f"{recent.shape}")
+        recent = np.array(field(state, "recent", "SelectiveBackprop state"), np.float64)
+        require(recent.ndim == 1 and len(recent) <= self.history,
+                f"checkpoint history must be 1-D with at most {self.history} scores, got shape {recent.shape}")
         self.recent = recent
 
 
@@ -390,15 +390,16 @@ class Selector:
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a `state_dict` of a selector with the same rule and score; the next choice is the one that
         would have followed."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {state.get('version')!r} is not supported (expected {STATE_VERSION})")
-        if dict(state["rule"]) != self.rule.config() or state["score"] != self.score.name:
-            raise ValueError(f"checkpoint has rule {dict(state['rule'])} and score {state['score']!r} but this selector "
-                             f"has rule {self.rule.config()} and score {self.score.name!r}")
-        rng = np.asarray(state["rng"])
-        if rng.shape != (4,) or rng.dtype != np.uint64:
-            raise ValueError(f"checkpoint rng state must be 4 uint64 words, got dtype {rng.dtype} shape {rng.shape}")
-        counters = {k: int(state["counters"][k]) for k in self.counters}
-        self.rule.load_state_dict(state["memory"])  # checks before it changes; the last step that can fail
+        where = "selector state"  # every check through the shared state checks: InvalidState, nothing changed
+        require(isinstance(state, Mapping), f"{where} must be a mapping, got {type(state).__name__}")
+        require(state.get("version") == STATE_VERSION,
+                f"state version {state.get('version')!r} is not supported (expected {STATE_VERSION})")
+        rule, score = field(state, "rule", where), field(state, "score", where)
+        require(isinstance(rule, Mapping) and dict(rule) == self.rule.config() and score == self.score.name,
+                f"checkpoint has rule {dict(rule) if isinstance(rule, Mapping) else rule!r} and score {score!r} but "
+                f"this selector has rule {self.rule.config()} and score {self.score.name!r}")
+        rng = rng_words(state, "rng", where)
+        counters = counter_fields(state, "counters", where, self.counters)
+        self.rule.load_state_dict(field(state, "memory", where))  # checks before it changes; the last step that can fail
         self.rng_state = rng.copy()
         self.counters = counters

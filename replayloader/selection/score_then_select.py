@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from ..buffer.replay_buffer import ReplayBuffer, Sample
+from ..buffer.protocol import BufferLike
+from ..buffer.replay_buffer import Sample
 from ..loader.replay_loader import ReplayDataLoader
-from ..buffer.locked import LockedBuffer
 from ..sampler.prioritized import PrioritizedSampler, SampledBatch
 from .rules import Selection, Selector
 
@@ -86,16 +86,16 @@ class BufferScoreThenSelect:
     """Choose among buffered examples by fresh scores: sample n_B from a `ReplayBuffer` (or take a
     `ReplayDataLoader`'s batch of n_B), score them, choose n_b, and feed every candidate's score back.
 
-    ``target``: a `ReplayDataLoader` (its buffer is sampled and updated under the loader's lock), a
-    `ReplayBuffer` or a `LockedBuffer`.
+    ``target``: a `ReplayDataLoader` (its buffer is sampled and updated under the loader's lock), or any
+    `BufferLike`: a `ReplayBuffer`, a `LockedBuffer`, Ray's `RemoteBuffer` / `ShardedBuffer`.
     """
 
     def __init__(self, target: Any, selector: Selector, refresh: bool = True) -> None:
         if not isinstance(selector, Selector):
             raise TypeError(f"selector must be a Selector, got {type(selector).__name__}")
-        if not isinstance(target, (ReplayDataLoader, ReplayBuffer, LockedBuffer)):
-            raise TypeError(f"target must be a ReplayDataLoader, ReplayBuffer or LockedBuffer, got "
-                            f"{type(target).__name__}")
+        if not isinstance(target, (ReplayDataLoader, BufferLike)):  # any buffer: local, locked, Ray's, yours
+            raise TypeError(f"target must be a ReplayDataLoader or a buffer (a BufferLike: sample, update, "
+                            f"state_dict, ...), got {type(target).__name__}")
         self.buffer = target.shared if isinstance(target, ReplayDataLoader) else target  # the loader's lock
         self.selector, self.refresh = selector, bool(refresh)
 

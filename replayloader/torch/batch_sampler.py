@@ -33,6 +33,7 @@ from torch.utils.data import Sampler
 
 from ..distributed.sampler import DistributedPrioritizedSampler, advance_to_epoch
 from ..sampler.prioritized import PrioritizedSampler, SampledBatch
+from ..sampler.protocol import SamplerLike
 from ..state.checks import array, field, integer, require
 
 
@@ -44,9 +45,9 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
     """
 
     def __init__(self, sampler: PrioritizedSampler | DistributedPrioritizedSampler) -> None:
-        if not isinstance(sampler, (PrioritizedSampler, DistributedPrioritizedSampler)):
-            raise TypeError(f"sampler must be a PrioritizedSampler or a DistributedPrioritizedSampler, got "
-                            f"{type(sampler).__name__}")
+        if not isinstance(sampler, SamplerLike):  # the family, not a list (PrioritizedSampler, the DDP one, yours)
+            raise TypeError(f"sampler must be a PrioritizedSampler or a DistributedPrioritizedSampler (a SamplerLike: "
+                            f"next_batch, update, settle, state_dict, ...), got {type(sampler).__name__}")
         self.sampler = sampler
         self._handed_out: deque[SampledBatch] = deque()
         self._replay: deque[SampledBatch] = deque()  # drawn before a checkpoint, not yet received by the loop
@@ -82,8 +83,7 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
     def settle(self) -> None:
         """Apply feedback still in flight (a `DistributedPrioritizedSampler` with ``overlap=True``), e.g. when
         training ends; nothing to do for one process."""
-        if isinstance(self.sampler, DistributedPrioritizedSampler):
-            self.sampler.settle()
+        self.sampler.settle()
 
     def importance_weights(self, batch: SampledBatch, like: torch.Tensor) -> torch.Tensor:
         """The batch's importance weights as a tensor of ``like``'s dtype and device (to scale per-example losses)."""

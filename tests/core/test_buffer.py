@@ -258,3 +258,35 @@ def test_an_eviction_reads_what_it_needs_through_the_view():
     buf.update(ids, weight=np.array([3.0, 1.0, 2.0, 4.0]))
     new = buf.add({"x": np.zeros((2, 1))})
     assert sorted(new % 4) == [1, 2]  # the two lowest weights were overwritten
+
+
+def test_beta_anneals_on_a_schedule_of_the_sample_calls_and_resumes_exactly():
+    """ReplayBuffer takes a β schedule as PrioritizedSampler does (issue 33; the project's own PER experiment had
+    annealed β by hand): β = the schedule at the number of samples drawn so far, checkpointed with them."""
+    from replayloader import InvalidState, LinearSchedule
+    from replayloader.strategies import by_name
+
+    def make(steps=4):
+        return ReplayBuffer(16, alpha=1.0, beta=LinearSchedule(0.0, 1.0, steps=steps), strategy=by_name("per"),
+                            seed=0)
+
+    buffer = make()
+    buffer.add({"x": np.arange(16.0)[:, None]})
+    buffer.update(buffer.sample(64).ids, weight=np.ones(64))  # one call, β 0: every weight 1
+    ids = np.unique(buffer.sample(64).ids)
+    buffer.update(ids, weight=1.0 + ids % 4.0)  # two calls so far
+    betas = []
+    for _ in range(4):
+        betas.append(buffer.current_beta())
+        sample = buffer.sample(32)
+        stored = buffer.state_dict()["weights"]
+        w_min = stored[stored > 0].min()
+        slot_weight = sample.probabilities * stored.sum()  # alpha 1: P_i = w_i / sum
+        np.testing.assert_allclose(sample.weights, (w_min / slot_weight) ** betas[-1], rtol=1e-9)
+    assert betas == [0.5, 0.75, 1.0, 1.0]
+    state = buffer.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert resumed.current_beta() == buffer.current_beta() == 1.0
+    with pytest.raises(InvalidState, match="beta"):  # another schedule is another configuration
+        make(steps=5).load_state_dict(state)

@@ -18,7 +18,7 @@ from replayloader._moved import MOVED_MODULES, MOVED_NAMES
 PACKAGE = Path(replayloader.__file__).parent
 # Lower layers never import higher ones. A folder may import its own layer's other folders only where listed.
 LAYERS = [
-    {"_arrays", "_checks", "_moved", "kernels", "state"},
+    {"_arrays", "_checks", "_moved", "kernels", "state", "schedules"},
     {"sumtree", "strategies"},
     {"buffer"},
     {"sampler", "loader"},

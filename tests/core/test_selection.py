@@ -337,3 +337,22 @@ def test_a_rejected_split_choice_names_the_slice_and_changes_nothing():
         Selector(TopK(4)).choose_split([np.ones(1), np.ones(1)])
     with pytest.raises(ValueError, match=r"indices must hold one entry per slice \(2\), got 1"):
         Selector(TopK(2)).choose_split([np.ones(2), np.ones(2)], [np.arange(2)])
+
+
+@pytest.mark.parametrize("bad", [{"version": 99}, {"rng": np.zeros(4, np.uint64)}, {"rng": np.ones(3, np.uint64)},
+                                 {"counters": {"batches": -1}}, {"memory": None}, {"score": "reducible_loss"}])
+def test_a_refused_selector_state_raises_invalid_state_and_changes_nothing(bad):
+    """Selector loads go through the shared state checks (issue 33): the one error type every load raises."""
+    from replayloader import InvalidState
+
+    selector = Selector(SelectiveBackprop(beta=1.0, history=8), seed=0)
+    selector.choose(np.linspace(0.0, 1.0, 16))
+    before = selector.state_dict()
+    state = {**before, **bad}
+    if "memory" in bad:
+        state.pop("memory")
+    with pytest.raises(InvalidState):
+        selector.load_state_dict(state)
+    after = selector.state_dict()
+    assert after["counters"] == before["counters"] and np.array_equal(after["rng"], before["rng"])
+    assert np.array_equal(after["memory"]["recent"], before["memory"]["recent"])

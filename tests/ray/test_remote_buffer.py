@@ -131,3 +131,22 @@ def test_a_dead_buffer_actor_is_named_with_its_recovery_and_restart_recovers_it(
         shards.sample(2)
     for buffer in (remote, *shards.shards):
         buffer.kill()
+
+
+def test_score_then_select_takes_a_remote_buffer_through_the_buffer_protocol(ray_cluster):
+    """`BufferScoreThenSelect` checked a fixed list of classes and refused a RemoteBuffer (issue 33); it now takes
+    any `BufferLike`, and the chosen rows' fresh scores reach the actor's weights."""
+    from replayloader.buffer import BufferLike
+    from replayloader.selection import BufferScoreThenSelect, Selector, TopK
+
+    remote = RemoteBuffer(16, alpha=1.0, strategy=by_name("loss"), seed=0)
+    remote.add({"x": np.arange(16.0)[:, None]})
+    assert isinstance(remote, BufferLike)
+    select = BufferScoreThenSelect(remote, Selector(TopK(2), seed=0))
+    candidates = select.next_candidates(8)
+    losses = candidates.data["x"][:, 0] + 1.0  # the highest x scores highest
+    chosen = select.choose(candidates, losses)
+    assert sorted(candidates.data["x"][chosen.positions, 0]) == sorted(np.sort(candidates.data["x"][:, 0])[-2:])
+    weights = remote.state_dict()["weights"]
+    assert set(np.round(losses, 6)) <= set(np.round(weights, 6))  # every candidate's fresh score reached the actor
+    remote.kill()
