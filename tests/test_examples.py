@@ -1,13 +1,17 @@
-"""Every script in examples/ runs end to end with tiny arguments, as a user would run it (their full-size
-figures live in results/)."""
+"""Every script in examples/ runs end to end with tiny arguments, as a user would run it (the entry-point examples
+in tests/test_user_examples.py and beside it; the main job and the SB3 example here), and so do the comparisons
+that moved to experiments/ (their full-size figures live in results/)."""
 import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+EXPERIMENTS = ROOT / "experiments"
 
 
 def load(path):
@@ -18,24 +22,27 @@ def load(path):
 
 
 def test_every_example_has_a_test_here():
-    tested = {"dqn_cartpole.py", "electra_tmr.py", "prioritized_digits.py",
-              "dqn_cartpole_ray.py"}  # the last one in tests/ray/test_dqn_example.py (needs ray)
+    tested = {"electra_tmr.py", "sb3_per_dqn.py",  # here
+              "replay_loader.py", "dataloader_sampler.py", "hf_trainer.py", "rho_loss.py", "lightning_sampler.py",
+              "dqn_per.py",  # tests/test_user_examples.py
+              "ddp_sampler.py",  # tests/distributed/test_example_ddp.py (torchrun)
+              "ray_replay.py"}  # tests/ray/test_user_example.py (needs ray)
     assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == tested
 
 
 def test_digits_example_writes_a_table(tmp_path):
-    digits = load(EXAMPLES / "prioritized_digits.py")
+    digits = load(EXPERIMENTS / "prioritized_digits.py")
     out = tmp_path / "digits.md"
     digits.main(["--seeds", "0", "1", "--steps", "40", "--eval-every", "20", "--table-steps", "20", "40",
                  "--out", str(out)])
     text = out.read_text()
     for variant in ("uniform", "replacement", "loss", "loss_diff", "grad_bound"):
         assert f"| {variant} |" in text
-    assert "| variant | step 20 | step 40 |" in text and "Command: `python examples/prioritized_digits.py" in text
+    assert "| variant | step 20 | step 40 |" in text and "Command: `python experiments/prioritized_digits.py" in text
 
 
 def test_dqn_example_trains_inline_and_with_a_worker(tmp_path, capsys):
-    dqn = load(EXAMPLES / "dqn_cartpole.py")
+    dqn = load(EXPERIMENTS / "dqn_cartpole.py")
     out = tmp_path / "dqn.md"
     dqn.main(["--seeds", "0", "--env-steps", "200", "--warmup", "64", "--bins", "2", "--out", str(out)])
     printed = capsys.readouterr().out
@@ -43,6 +50,21 @@ def test_dqn_example_trains_inline_and_with_a_worker(tmp_path, capsys):
     text = out.read_text()
     assert "| workers=0 seed=0 |" in text and "| workers=1 seed=0 |" in text and "--warmup 64" in text
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_sb3_example_trains_both_arms(capsys):
+    pytest.importorskip("stable_baselines3")
+    import torch
+
+    threads = torch.get_num_threads()  # the example sets one torch thread for the process
+    try:
+        returns = load(EXAMPLES / "sb3_per_dqn.py").main(
+            ["--total-timesteps", "600", "--learning-starts", "100", "--eval-episodes", "2"])
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    assert set(returns) == {"uniform", "prioritized"}
+    assert "prioritized: greedy return" in printed and "prioritized buffer: 768 transitions" in printed
 
 
 def test_main_job_runs_from_another_directory(tmp_path):

@@ -32,6 +32,7 @@ def test_every_driver_starts_from_another_directory(tmp_path):
         "sb3_minatar.py": ["--help"],
         "dqn_cartpole.py": ["--help"],
         "prioritized_digits.py": ["--help"],
+        "dqn_cartpole_ray.py": ["--help"],
     }
     drivers = {p.name for p in EXPERIMENTS.glob("*.py")} - {"__init__.py", "probe_metrics.py", "run_queue.py",
                                                             "reproduce_tmr_data.py"}

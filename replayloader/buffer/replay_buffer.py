@@ -286,7 +286,7 @@ class ReplayBuffer:
     def update(self, ids: Any, **feedback: Any) -> int:
         """Apply per-example feedback (e.g. ``loss=``) to the examples of ``ids``; returns how many changed.
 
-        The keywords are those the strategy's update declares (`replayloader.feedback`). Stale ids are skipped and
+        The keywords are those the strategy's update declares (`replayloader.buffer.feedback`). Stale ids are skipped and
         counted; a duplicated id counts once, with its last value.
         """
         if not (type(ids) is np.ndarray and ids.dtype == np.int64 and ids.ndim == 1 and ids.size

@@ -6,7 +6,7 @@ not depend on which actor finished first. Produced batches never pass through th
 producer's ObjectRef to the buffer actor (`stage`), which fetches it from the producer's node and reports its
 size; once the `RateLimiter` admits the insert, the feed commits it. A producer whose result is not admitted
 gets no new call, so producers on every node wait, and the learner waits in ``acquire_sample``: both sides
-block, each with its timeout, under the one limiter rule of `replayloader.rate_limiter`.
+block, each with its timeout, under the one limiter rule of `replayloader.loader.rate_limiter`.
 
 A producer actor that dies (its process or node lost) stops the loader with `ProducerDied`, or, with
 ``restart=``, is replaced by a new actor that produces its item again; the buffer keeps everything.

@@ -81,7 +81,7 @@ class ReducibleLoss(Score):
     """score = training loss − irreducible loss of the example (RHO-LOSS, Mindermann et al. 2022).
 
     ``irreducible``: one finite loss per training example, indexed by dataset index (e.g. from
-    `replayloader.irreducible.irreducible_losses`: a small model trained on held-out data scores every training
+    `replayloader.selection.irreducible.irreducible_losses`: a small model trained on held-out data scores every training
     example). Mislabelled or unlearnable examples have a high irreducible loss too, so their reducible loss is
     low and they are not picked, although their training loss is high.
     """

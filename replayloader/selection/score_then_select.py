@@ -63,7 +63,7 @@ class ScoreThenSelect:
 
     def state_dict(self) -> dict:
         """The sampler's and the selector's state (a torch DataLoader's prefetched batches are kept by
-        `replayloader.torch_select.CandidateBatchSampler.state_dict` instead)."""
+        `replayloader.torch.candidates.CandidateBatchSampler.state_dict` instead)."""
         return {"sampler": self.sampler.state_dict(), "selector": self.selector.state_dict()}
 
     def load_state_dict(self, state: Mapping) -> None:

@@ -45,7 +45,7 @@ class CandidateBatchSampler(PrioritizedBatchSampler):
     Args:
         sampler: draws the candidates (its ``batch_size`` is n_B; ``alpha=0`` for uniform candidates); under DDP
             a `DistributedPrioritizedSampler` (n_B global: each rank fetches and scores n_B / W candidates and
-            trains n_b / W of them, see `replayloader.distributed_select`).
+            trains n_b / W of them, see `replayloader.distributed.select`).
         selector: picks the rows (`Selector(TopK(n_b))`, ...; n_b global).
         refresh: feed every candidate's score back to the sampler's weights.
     """

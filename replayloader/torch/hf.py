@@ -111,10 +111,10 @@ class SelectingTrainer(PrioritizedTrainer):
     Args (besides the Trainer's): ``sampler`` (n_B, and how candidates are drawn: ``alpha=0`` for uniform),
     ``selector`` (`Selector(TopK(n_b))`, ...), ``per_example_loss`` as for `PrioritizedTrainer`,
     ``score_in_eval_mode`` (default True). ``trainer.batch_sampler`` is a
-    `replayloader.torch_select.CandidateBatchSampler`; its ``state_dict()`` holds sampler and selector.
+    `replayloader.torch.candidates.CandidateBatchSampler`; its ``state_dict()`` holds sampler and selector.
 
     Several processes: n_B and n_b are global; each process fetches and scores n_B / W candidates and trains
-    n_b / W of its own (`replayloader.distributed_select`), so the selector's k must divide by W.
+    n_b / W of its own (`replayloader.distributed.select`), so the selector's k must divide by W.
     """
 
     def __init__(self, *args: Any, sampler: PrioritizedSampler, selector: Selector,

@@ -1,4 +1,4 @@
-"""examples/dqn_cartpole_ray.py runs end to end on the local cluster (a few hundred environment steps)."""
+"""experiments/dqn_cartpole_ray.py runs end to end on the local cluster (a few hundred environment steps)."""
 import sys
 from pathlib import Path
 
@@ -8,7 +8,7 @@ pytest.importorskip("ray")
 pytest.importorskip("torch")
 pytest.importorskip("gymnasium")
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments"))
 
 
 def test_dqn_cartpole_on_ray_runs_briefly(ray_cluster):

@@ -1,8 +1,8 @@
 """DQN with prioritized replay on CartPole, the environment stepping in a background worker.
 
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python examples/dqn_cartpole.py --seeds 0 1 2 \
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python experiments/dqn_cartpole.py --seeds 0 1 2 \
         --env-steps 30000 --out results/dqn_cartpole.md
-    python examples/dqn_cartpole.py --seeds 0 --env-steps 400 --warmup 64 --bins 2    # a smoke run, seconds
+    python experiments/dqn_cartpole.py --seeds 0 --env-steps 400 --warmup 64 --bins 2    # a smoke run, seconds
 
 runs the same agent twice per seed: ``workers=0`` (the loader steps the environment in the training loop)
 and ``workers=1`` (a background thread steps it while the learner trains, a `RateLimiter` holding both to the
@@ -172,7 +172,7 @@ def report(args, runs: dict) -> None:
     curves = {w: np.array([curve(runs[w, s]["episodes"], args.env_steps, args.bins) for s in args.seeds])
               for w in (0, 1)}
     lines = ["# DQN with prioritized replay on CartPole-v1: environment in a background worker vs inline", "",
-             f"Command: `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python examples/dqn_cartpole.py "
+             f"Command: `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python experiments/dqn_cartpole.py "
              f"--seeds {' '.join(map(str, args.seeds))} --env-steps {args.env_steps} --warmup {args.warmup} "
              f"--bins {args.bins} --out {args.out}`  ",
              f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",

@@ -1,8 +1,8 @@
 """DQN with prioritized replay on CartPole, on Ray: environment actors feed one buffer actor, one learner trains.
 
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python examples/dqn_cartpole_ray.py --actors 4 --env-steps 30000
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python experiments/dqn_cartpole_ray.py --actors 4 --env-steps 30000
 
-The agent of `examples/dqn_cartpole.py` (same Q-network, actor, double-DQN update and PER settings, imported
+The agent of `experiments/dqn_cartpole.py` (same Q-network, actor, double-DQN update and PER settings, imported
 from there), in the Ape-X shape: each environment actor is a Ray actor stepping its own CartPole with an
 epsilon-greedy copy of the Q-network and sending each batch of transitions with its initial priorities
 (|TD error| + 1e-3 under its copy), the buffer is a Ray actor (`RemoteBuffer`), and the learner samples it

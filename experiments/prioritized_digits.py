@@ -11,7 +11,7 @@ share of the training labels, a case where loss-driven sampling is known to chas
 The sampler's cost per step (drawing the batch plus the feedback call) is timed separately from the rest of
 the step.
 
-    python examples/prioritized_digits.py --seeds 0 1 2 3 4 --steps 1500 --out results/prioritized_digits.md
+    python experiments/prioritized_digits.py --seeds 0 1 2 3 4 --steps 1500 --out results/prioritized_digits.md
 """
 from __future__ import annotations
 
@@ -164,7 +164,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     data = load_data(args.label_noise)
     results = {v: [run(v, seed, data, args) for seed in args.seeds] for v in args.variants}
-    command = "python examples/prioritized_digits.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python experiments/prioritized_digits.py " + " ".join(sys.argv[1:] if argv is None else argv)
     text = report(results, args, command, data)
     print(text)
     if args.out:
