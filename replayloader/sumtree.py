@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels.tree import argmin_key, descend, make_layout, replace_lowest, select_lowest, set_leaves, set_leaves_checked, to_targets
+from .kernels.tree import (
+    argmin_key,
+    descend,
+    make_layout,
+    replace_lowest,
+    select_lowest,
+    set_leaves,
+    set_leaves_checked,
+    to_targets,
+)
 
 
 def _allocate_rows(rows: int, columns: int, dtype: np.dtype) -> np.ndarray:

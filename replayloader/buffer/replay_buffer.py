@@ -21,17 +21,31 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.buffer import ADDED_AT, BAD_VALUE, MARK, SERIAL, VISITS, commit_add, draw_sample, first_bad_victim, first_invalid, place, resolve_ids, write_weights
-from ..kernels.rng import seed_state
-from .feedback import invalid_value, read_feedback
-from ..state.checks import array as state_array, check_header, counters, field, finite_nonnegative, first_bad, integer, require, rng_words
-from .storage import Storage
-from .._arrays import to_numpy
-from ..strategies import Strategy, TreeReadView
-from ..sumtree import SumTree
 from .. import _checks as checks
 from .. import schedules
+from .._arrays import to_numpy
+from ..kernels.buffer import (
+    ADDED_AT,
+    BAD_VALUE,
+    MARK,
+    SERIAL,
+    VISITS,
+    commit_add,
+    draw_sample,
+    first_bad_victim,
+    first_invalid,
+    place,
+    resolve_ids,
+    write_weights,
+)
+from ..kernels.rng import seed_state
 from ..schedules import Schedule, describe, value_at
+from ..state.checks import array as state_array
+from ..state.checks import check_header, counters, field, finite_nonnegative, first_bad, integer, require, rng_words
+from ..strategies import Strategy, TreeReadView
+from ..sumtree import SumTree
+from .feedback import invalid_value, read_feedback
+from .storage import Storage
 
 STATE_VERSION = 2
 
@@ -97,7 +111,7 @@ class ReplayBuffer:
     examples.
     """
 
-    def __init__(self, capacity: int, alpha: float = 1.0, beta: float | Schedule | None = None,
+    def __init__(self, capacity: int, *, alpha: float = 1.0, beta: float | Schedule | None = None,
                  strategy: Strategy | None = None, storage: Storage | None = None, seed: int | None = None,
                  sampling: str = "stratified", tree_dtype: Any = np.float64) -> None:
         checks.integer("capacity", capacity, 1)

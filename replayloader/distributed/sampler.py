@@ -127,7 +127,7 @@ class DistributedPrioritizedSampler:
             The draws are the same either way; only `sampler` itself lags one update until then (`settle`).
     """
 
-    def __init__(self, sampler: PrioritizedSampler, group: Any = None, dataset_size: int | None = None,
+    def __init__(self, sampler: PrioritizedSampler, *, group: Any = None, dataset_size: int | None = None,
                  overlap: bool = False) -> None:
         if not isinstance(sampler, PrioritizedSampler):
             raise TypeError(f"sampler must be a PrioritizedSampler, got {type(sampler).__name__}")

@@ -51,7 +51,8 @@ class DistributedScoreThenSelect:
     scores do not touch the sampler's weights.
     """
 
-    def __init__(self, sampler: DistributedPrioritizedSampler, selector: Selector, refresh: bool = True) -> None:
+    def __init__(self, sampler: DistributedPrioritizedSampler, selector: Selector, *,
+                 refresh: bool = True) -> None:
         if not isinstance(sampler, DistributedPrioritizedSampler):
             raise TypeError(f"sampler must be a DistributedPrioritizedSampler, got {type(sampler).__name__}")
         if not isinstance(selector, Selector):

@@ -54,7 +54,7 @@ class RateLimiter:
         timeout: seconds either side may wait before `RateLimitTimeout` (> 0).
     """
 
-    def __init__(self, samples_per_insert: float, min_size: int = 1, error_buffer: float = 100.0,
+    def __init__(self, samples_per_insert: float, *, min_size: int = 1, error_buffer: float = 100.0,
                  timeout: float = 60.0) -> None:
         self.samples_per_insert = checks.number("samples_per_insert", samples_per_insert, 0.0, low_open=True)
         if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 1:

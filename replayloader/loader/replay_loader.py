@@ -74,7 +74,7 @@ class ReplayDataLoader:
             reported one step later.
     """
 
-    def __init__(self, producer: Callable[..., Any], buffer: ReplayBuffer, batch_size: int,
+    def __init__(self, producer: Callable[..., Any], buffer: ReplayBuffer, batch_size: int, *,
                  replay_ratio: float = 1, source: Iterable | None = None, steps: int | None = None,
                  min_size: int = 0, workers: int = 0, worker_kind: str = "thread", queue_size: int | None = None,
                  rate_limiter: RateLimiter | None = None, timeout: float = 60.0,

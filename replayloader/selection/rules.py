@@ -179,7 +179,7 @@ class Proportional(Rule):
     name = "proportional"
     uses_rng = True
 
-    def __init__(self, k: int, alpha: float = 1.0, beta: float = 1.0) -> None:
+    def __init__(self, k: int, *, alpha: float = 1.0, beta: float = 1.0) -> None:
         self.k = checks.integer("k", k, 1)
         self.alpha = checks.number("alpha", alpha, 0.0)
         self.beta = checks.number("beta", beta, 0.0)
@@ -212,7 +212,7 @@ class SelectiveBackprop(Rule):
     name = "selective_backprop"
     uses_rng = True
 
-    def __init__(self, beta: float = 1.0, history: int = 1024, min_keep: float = 0.0) -> None:
+    def __init__(self, *, beta: float = 1.0, history: int = 1024, min_keep: float = 0.0) -> None:
         self.beta = checks.number("beta", beta, 0.0)
         self.history = checks.integer("history", history, 1)
         self.min_keep = checks.number("min_keep", min_keep, 0.0, 1.0)
@@ -251,7 +251,7 @@ class Selector:
         seed: seed of the generator of the randomized rules (its state is checkpointed).
     """
 
-    def __init__(self, rule: Rule, score: Score | None = None, seed: int | None = None) -> None:
+    def __init__(self, rule: Rule, score: Score | None = None, *, seed: int | None = None) -> None:
         if not isinstance(rule, Rule):
             raise TypeError(f"rule must be a Rule (TopK, Proportional, SelectiveBackprop), got {type(rule).__name__}")
         score = TrainingLoss() if score is None else score

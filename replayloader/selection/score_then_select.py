@@ -37,7 +37,7 @@ class ScoreThenSelect:
     candidates by the current weights: ``alpha > 0``. With ``refresh=False`` the scores do not touch the sampler.
     """
 
-    def __init__(self, sampler: PrioritizedSampler, selector: Selector, refresh: bool = True) -> None:
+    def __init__(self, sampler: PrioritizedSampler, selector: Selector, *, refresh: bool = True) -> None:
         if not isinstance(sampler, PrioritizedSampler):
             raise TypeError(f"sampler must be a PrioritizedSampler, got {type(sampler).__name__}")
         if not isinstance(selector, Selector):
@@ -90,7 +90,7 @@ class BufferScoreThenSelect:
     `BufferLike`: a `ReplayBuffer`, a `LockedBuffer`, Ray's `RemoteBuffer` / `ShardedBuffer`.
     """
 
-    def __init__(self, target: Any, selector: Selector, refresh: bool = True) -> None:
+    def __init__(self, target: Any, selector: Selector, *, refresh: bool = True) -> None:
         if not isinstance(selector, Selector):
             raise TypeError(f"selector must be a Selector, got {type(selector).__name__}")
         if not isinstance(target, (ReplayDataLoader, BufferLike)):  # any buffer: local, locked, Ray's, yours

@@ -8,10 +8,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..state.checks import field
-
-from .evictions import FIFO, EvictLowest, Eviction, TreeReadView
+from .evictions import FIFO, Eviction, EvictLowest, TreeReadView
 from .initializers import BufferView, Initializer, LeastSquares, LinUCB, MaxWeight, MeanWeight, TokenIdFeatures
-from .updates import GradBound, GradNorm, LossDifference, LossValue, SetWeight, WeightUpdate, grad_bound_sigmoid, grad_bound_softmax
+from .updates import (
+    GradBound,
+    GradNorm,
+    LossDifference,
+    LossValue,
+    SetWeight,
+    WeightUpdate,
+    grad_bound_sigmoid,
+    grad_bound_softmax,
+)
 
 
 class Strategy:

@@ -50,11 +50,12 @@ class CandidateBatchSampler(PrioritizedBatchSampler):
         refresh: feed every candidate's score back to the sampler's weights.
     """
 
-    def __init__(self, sampler: PrioritizedSampler | DistributedPrioritizedSampler, selector: Selector,
+    def __init__(self, sampler: PrioritizedSampler | DistributedPrioritizedSampler, selector: Selector, *,
                  refresh: bool = True) -> None:
         super().__init__(sampler)
         distributed = isinstance(sampler, DistributedPrioritizedSampler)
-        self.select = (DistributedScoreThenSelect if distributed else ScoreThenSelect)(sampler, selector, refresh)
+        self.select = (DistributedScoreThenSelect if distributed else ScoreThenSelect)(sampler, selector,
+                                                                                       refresh=refresh)
 
     def choose(self, candidates: SampledBatch, losses: torch.Tensor | np.ndarray) -> Selection:
         """`ScoreThenSelect.choose` for the batch `next_batch_info()` returned and its per-example losses (under
