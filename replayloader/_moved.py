@@ -64,5 +64,5 @@ def moved_name(name: str) -> Any:
         return None
     _warn(f"replayloader.{name}", f"{MOVED_NAMES[name]}.{name}")
     value = getattr(importlib.import_module(MOVED_NAMES[name]), name)
-    setattr(sys.modules["replayloader"], name, value)  # warned once; later lookups find it directly
+    setattr(sys.modules[__name__.rpartition(".")[0]], name, value)  # warned once; later lookups find it directly
     return value
