@@ -17,6 +17,8 @@ would run ahead of the buffer's.
 """
 from __future__ import annotations
 
+import warnings
+
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -58,8 +60,10 @@ class ReplayDataLoader:
         workers: 0 calls the producer in the training loop; K >= 1 runs it in K background workers.
         worker_kind: "thread" (default; suits producers that release the GIL) or "process" (a picklable
             producer, for Python-heavy work).
-        queue_size: produced batches that may be in flight before workers pause (default 2 K); without a
-            rate limiter, also how many produced batches the buffer may get ahead of the training loop.
+        window: produced batches that may be in flight before workers pause (default 2 K); without a
+            rate limiter, also how many produced batches the buffer may get ahead of the training loop. (The
+            same name as `RayReplayLoader`'s; 0.1's ``queue_size=`` still works for one release, with a
+            DeprecationWarning.)
         rate_limiter: a `RateLimiter` that paces inserted vs sampled examples (then ``replay_ratio`` is unused):
             with workers, the side that runs ahead waits; without workers, the loop yields after each produced
             batch as many batches as the limiter admits. Without one the loop takes ``replay_ratio`` batches per
@@ -76,9 +80,10 @@ class ReplayDataLoader:
 
     def __init__(self, producer: Callable[..., Any], buffer: ReplayBuffer, batch_size: int, *,
                  replay_ratio: float = 1, source: Iterable | None = None, steps: int | None = None,
-                 min_size: int = 0, workers: int = 0, worker_kind: str = "thread", queue_size: int | None = None,
+                 min_size: int = 0, workers: int = 0, worker_kind: str = "thread", window: int | None = None,
                  rate_limiter: RateLimiter | None = None, timeout: float = 60.0,
-                 start_method: str = "spawn", defer_feedback: bool = False) -> None:
+                 start_method: str = "spawn", defer_feedback: bool = False, queue_size: int | None = None) -> None:
+        window = _renamed("queue_size", queue_size, "window", window)
         if not callable(producer):
             raise TypeError(f"producer must be callable, got {type(producer).__name__}")
         if not isinstance(buffer, ReplayBuffer):
@@ -90,7 +95,7 @@ class ReplayDataLoader:
             raise ValueError("give a source iterable or a number of steps, or the loader would never end")
         if not 0 <= min_size <= buffer.capacity:
             raise ValueError(f"min_size must lie in [0, {buffer.capacity}], got {min_size!r}")
-        _check_workers(workers, worker_kind, queue_size, rate_limiter, min_size, timeout, batch_size)
+        _check_workers(workers, worker_kind, window, rate_limiter, min_size, timeout, batch_size)
         if workers and is_stateful_producer(producer):
             raise ValueError(f"workers={workers!r} with a stateful producer ({type(producer).__name__} has "
                              "loader_state_dict): its state is checkpointed with the loader, so it runs inline "
@@ -107,7 +112,7 @@ class ReplayDataLoader:
         self.min_size = min_size
         self.workers = int(workers)
         self.worker_kind = worker_kind
-        self.queue_size = 2 * self.workers if queue_size is None else int(queue_size)
+        self.window = 2 * self.workers if window is None else int(window)
         self.rate_limiter = rate_limiter
         self.timeout = float(timeout)
         self.start_method = start_method
@@ -206,7 +211,7 @@ class ReplayDataLoader:
         limiter = self.rate_limiter
         per_example = limiter is not None
         if limiter is None:
-            limiter = credit_limiter(self.replay_ratio, self.timeout, self._credit, ahead=self.queue_size)
+            limiter = credit_limiter(self.replay_ratio, self.timeout, self._credit, ahead=self.window)
         limiter.reopen()
         self._pace, self._pass_index0, self._latest = limiter, self.step, (np.empty(0, np.int64), None)
         self._insert_wait0 = limiter.insert_wait  # a user's limiter keeps counting across passes
@@ -238,7 +243,7 @@ class ReplayDataLoader:
 
         pool = ProducerPool(self.producer, self.workers, self.worker_kind, use_item=self.source is not None,
                             start_method=self.start_method)
-        feed = OrderedFeed(pool, self._items(), consume, self.queue_size, on_finish=limiter.finish_inserts,
+        feed = OrderedFeed(pool, self._items(), consume, self.window, on_finish=limiter.finish_inserts,
                            on_dispatch=remember_source, passthrough=(LimiterConfigError,)).start()
         finished = False
         timed_out = False  # then a producer call still running is not waited for: timeout bounds the wait
@@ -401,12 +406,23 @@ def _batch_length(examples: Mapping) -> int:
     return int(len(next(iter(examples.values()))))
 
 
-def _check_workers(workers: Any, kind: str, queue_size: Any, rate_limiter: Any, min_size: int,
+def _renamed(old: str, old_value: Any, new: str, new_value: Any) -> Any:
+    """A keyword renamed in 1.0: the old spelling still works for one release, with a DeprecationWarning."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise ValueError(f"give {new}= only ({old}= is its old name), got both")
+    warnings.warn(f"ReplayDataLoader({old}=...) is now {new}=...; the old name will be removed in the next release",
+                  DeprecationWarning, stacklevel=3)
+    return old_value
+
+
+def _check_workers(workers: Any, kind: str, window: Any, rate_limiter: Any, min_size: int,
                    timeout: Any, batch_size: int) -> None:
     checks.integer("workers", workers, 0)
     if kind not in ("thread", "process"):
         raise ValueError(f"worker_kind must be 'thread' or 'process', got {kind!r}")
-    checks.optional_integer("queue_size", queue_size, 1)
+    checks.optional_integer("window", window, 1)
     if rate_limiter is not None:
         if not isinstance(rate_limiter, RateLimiter):
             raise TypeError(f"rate_limiter must be a RateLimiter, got {type(rate_limiter).__name__}")

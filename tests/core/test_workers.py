@@ -199,8 +199,8 @@ def test_bad_worker_arguments():
         ReplayDataLoader(rows_of, buf, batch_size=2, steps=1, workers=-1)
     with pytest.raises(ValueError, match="worker_kind"):
         ReplayDataLoader(rows_of, buf, batch_size=2, steps=1, workers=1, worker_kind="fiber")
-    with pytest.raises(ValueError, match="queue_size"):
-        ReplayDataLoader(rows_of, buf, batch_size=2, steps=1, workers=1, queue_size=0)
+    with pytest.raises(ValueError, match="window"):
+        ReplayDataLoader(rows_of, buf, batch_size=2, steps=1, workers=1, window=0)
 
 
 @pytest.mark.parametrize("workers", [0, 1])
@@ -263,7 +263,7 @@ class SeekableSource:
 
 def test_a_stateful_source_resumes_at_the_last_added_item_not_the_last_dispatched():
     source = SeekableSource(40)
-    loader = ReplayDataLoader(rows_of, fifo_buffer(256), batch_size=4, source=source, workers=3, queue_size=6)
+    loader = ReplayDataLoader(rows_of, fifo_buffer(256), batch_size=4, source=source, workers=3, window=6)
     for i, _ in enumerate(loader):
         if i == 10:
             state = loader.state_dict()
@@ -292,9 +292,18 @@ def test_feedback_for_examples_evicted_by_a_worker_meanwhile_is_ignored_and_coun
     assert buffer.counters["stale_feedback"] == expected > 0
 
 
-def test_without_a_limiter_producers_stay_within_queue_size_of_the_loop():
-    loader = ReplayDataLoader(rows_of, fifo_buffer(), batch_size=2, source=range(60), workers=2, queue_size=3)
+def test_without_a_limiter_producers_stay_within_the_window_of_the_loop():
+    loader = ReplayDataLoader(rows_of, fifo_buffer(), batch_size=2, source=range(60), workers=2, window=3)
     for taken, batch in enumerate(loader, 1):
         time.sleep(0.002)  # a slow training step: producers would otherwise race ahead
-        assert loader.step - taken <= 3 + 1  # the learner's credit never exceeds queue_size + 1 batches
+        assert loader.step - taken <= 3 + 1  # the learner's credit never exceeds window + 1 batches
     assert taken == 60
+
+
+def test_queue_size_is_the_old_name_of_window_and_still_works_with_a_warning():
+    """One name for batches in flight across both loaders (issue 33): 0.1's queue_size= is served for a release."""
+    with pytest.warns(DeprecationWarning, match=r"queue_size=\.\.\.\) is now window="):
+        loader = ReplayDataLoader(rows_of, fifo_buffer(), batch_size=2, source=range(4), workers=1, queue_size=5)
+    assert loader.window == 5
+    with pytest.raises(ValueError, match="give window= only"):
+        ReplayDataLoader(rows_of, fifo_buffer(), batch_size=2, source=range(4), workers=1, queue_size=5, window=5)
