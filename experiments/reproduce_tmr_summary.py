@@ -257,9 +257,11 @@ def confirmatory_tables(runs: dict[str, dict[int, RunData]], finetuning: dict) -
         return lines + ["No confirmatory pair has finished yet.", ""]
     primary = paired(fresh[arm], fresh[base], auc_at(PRIMARY_STEP))
     per_seed = ", ".join(f"{s}: {d:+.3f}" for s, d in zip(primary.seeds, primary.diffs))
-    verdict = ("shown (p < 0.05)" if primary.p < 0.05 else "not shown (p ≥ 0.05)") if np.isfinite(primary.p) \
-        else "not yet testable"
     done = len(primary.seeds)
+    if done < len(CONFIRMATORY_SEEDS):  # no verdict, not even a provisional one, before the planned pairs
+        verdict = "no verdict yet"
+    else:
+        verdict = "shown (p < 0.05)" if primary.p < 0.05 else "not shown (p ≥ 0.05)"
     lines += [f"**Primary endpoint** (one, fixed before the runs): held-out AUC at {PRIMARY_STEP:,} steps, "
               f"{arm} − {base}, paired t over the new pairs: {primary.text()}; {verdict}"
               + ("" if done >= len(CONFIRMATORY_SEEDS) else f" — **interim: {done} of {len(CONFIRMATORY_SEEDS)} "
