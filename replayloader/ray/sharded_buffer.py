@@ -27,6 +27,7 @@ from .._arrays import is_torch_tensor, to_numpy
 from .remote import RemoteBuffer, call
 from .server import Mass
 from .. import _checks as checks
+from ..state.checks import InvalidState, field, integer, require
 
 
 class ShardedBuffer:
@@ -200,12 +201,25 @@ class ShardedBuffer:
                 "rng": self.rng.bit_generator.state}
 
     def load_state_dict(self, state: Mapping) -> None:
-        shards = state["shards"]
-        if len(shards) != len(self.shards):
-            raise ValueError(f"checkpoint has {len(shards)} shards but this buffer has {len(self.shards)}")
+        """Every shard from the checkpoint, all or nothing on this side: the whole state is checked through the
+        shared state checks (`InvalidState`) before any shard is sent its part, and each shard checks its own
+        part before it changes."""
+        where = "sharded buffer state"
+        require(isinstance(state, Mapping), f"{where} must be a mapping, got {type(state).__name__}")
+        shards = field(state, "shards", where)
+        require(isinstance(shards, Mapping) and sorted(shards) == [str(i) for i in range(len(self.shards))],
+                f"checkpoint has shards {sorted(shards) if isinstance(shards, Mapping) else shards!r} but this "
+                f"buffer has {len(self.shards)} (keys '0'..'{len(self.shards) - 1}')")
+        next_shard = integer(state, "next_shard", where, 0, len(self.shards) - 1)
+        rng = field(state, "rng", where)
+        probe = np.random.default_rng()
+        try:
+            probe.bit_generator.state = rng
+        except (TypeError, ValueError, KeyError) as err:
+            raise InvalidState(f"{where}['rng'] is not a numpy generator state: {err}") from None
         call([s.handle.load_state_dict.remote(shards[str(i)]) for i, s in enumerate(self.shards)], self.names)
-        self.next_shard = int(state["next_shard"])
-        self.rng.bit_generator.state = state["rng"]
+        self.next_shard = next_shard
+        self.rng.bit_generator.state = rng
         self.next_serial = [0] * len(self.shards)
         self.masses()
 

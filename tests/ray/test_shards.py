@@ -91,3 +91,20 @@ def test_all_zero_weights_fall_back_to_uniform_over_every_stored_example(filled)
     np.testing.assert_allclose(sample.weights, 1.0)
     assert stats.chisquare(np.bincount(sample.data["key"], minlength=60)).pvalue > 1e-3
     shards.load_state_dict(before)
+
+
+@pytest.mark.parametrize("bad", [{"next_shard": 3}, {"next_shard": "1"}, {"rng": {"state": "no"}},
+                                 {"shards": {"0": {}, "1": {}}}])
+def test_a_refused_sharded_checkpoint_raises_invalid_state_before_any_shard_changes(filled, bad):
+    """The whole state is checked through the shared state checks before any shard is sent its part (issue 33:
+    every load raises InvalidState); a shard count that differs is one of those checks."""
+    from replayloader import InvalidState
+
+    shards, _, _ = filled
+    before = shards.state_dict()
+    with pytest.raises(InvalidState):
+        shards.load_state_dict({**before, **bad})
+    after = shards.state_dict()
+    assert after["next_shard"] == before["next_shard"] and after["rng"] == before["rng"]
+    for key in before["shards"]:
+        assert_state_equal(after["shards"][key], before["shards"][key], path=key)
