@@ -93,6 +93,9 @@ _EMPTY_I64 = np.empty(0, np.int64)
 _INF = float("inf")
 
 
+NO_WEIGHTS = -1.0  # the sampling kernel's beta for "no importance weights"
+
+
 class ReplayBuffer:
     """Prioritized replay memory with pluggable weighting.
 
@@ -150,7 +153,6 @@ class ReplayBuffer:
         self.strategy.bind(self.capacity)
         self.view = BufferReadView(self)
         self.tree_view = TreeReadView(self.tree)  # what evictions see of the tree
-        self._beta_arg = -1.0 if self.beta is None else 0.0  # the kernel's "no importance weights"; see sample
         self._stratified = self.sampling == "stratified"
 
     # ------------------------------------------------------------------ views used by strategies
@@ -281,7 +283,7 @@ class ReplayBuffer:
             age_sum = int(ages.sum())
         else:
             tree = self.tree
-            beta = self._beta_arg if self.beta is None else self.current_beta()
+            beta = NO_WEIGHTS if self.beta is None else self.current_beta()
             slots, ids, probabilities, weights, ages, age_sum = draw_sample(
                 tree.nodes, tree.layout, self.meta, self.rng_state, int(k), self._stratified, self.size,
                 beta, last_add)

@@ -4,16 +4,6 @@ import pytest
 
 
 @pytest.fixture(scope="module")
-def one_torch_thread():
-    """Tiny models run much faster on one thread, above all on a busy 2-core machine."""
-    torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> dict:
     """A generated English-like corpus file and a shared cache, so tokenizer/examples are built once."""
     root = tmp_path_factory.mktemp("corpus")
