@@ -38,9 +38,9 @@ def time_steps(sampler: PrioritizedSampler, rule: str, batch_size: int, steps: i
         for _ in range(steps):
             batch = sampler.next_batch()
             if rule == "grad_bound":
-                sampler.update(batch, logits=logits, targets=targets)
+                sampler.feedback(batch, logits=logits, targets=targets)
             else:
-                sampler.update(batch, loss=loss)
+                sampler.feedback(batch, loss=loss)
         best = min(best, (time.perf_counter() - started) / steps)
     return best * 1e6
 

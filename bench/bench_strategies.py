@@ -40,7 +40,7 @@ def step_time(name: str, n: int, k: int, reps: int, extra_loss: bool) -> float:
         feedback = {key: signals[r % 16]}
         if extra_loss and key != "loss":
             feedback["loss"] = signals[(r + 1) % 16]
-        buf.update(s.ids, **feedback)
+        buf.feedback(s.ids, **feedback)
         if r >= 5:
             times.append(time.perf_counter() - start)
     gc.enable()

@@ -119,7 +119,7 @@ class ReplayloaderBuffer:
         self.buf = ReplayBuffer(n, alpha=1.0, beta=peers.BETA, strategy=strategy, seed=0)
         ids = [self.buf.add({"tokens": fill(s, min(n, s + peers.FILL_CHUNK))})
                for s in range(0, n, peers.FILL_CHUNK)]
-        self.buf.update(np.concatenate(ids), weight=priorities)
+        self.buf.feedback(np.concatenate(ids), weight=priorities)
 
     @staticmethod
     def prep_tokens(a):
@@ -132,7 +132,7 @@ class ReplayloaderBuffer:
     def step(self, tokens, priorities):
         self.buf.add(tokens)
         s = self.buf.sample(priorities.shape[0])
-        self.buf.update(s.ids, weight=priorities)
+        self.buf.feedback(s.ids, weight=priorities)
         return s
 
 

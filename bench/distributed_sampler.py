@@ -110,7 +110,7 @@ def gather(args: argparse.Namespace) -> None:
             draw.append(t)
             loss = torch.rand(len(batch), generator=torch.Generator().manual_seed(step * world + rank)) + 0.1
             dist.barrier()  # each collective timed with the ranks in step (in training, DDP's backward syncs them)
-            _, t = timed(lambda: shared.update(batch, loss=loss))
+            _, t = timed(lambda: shared.feedback(batch, loss=loss))
             update.append(t)
             dist.barrier()
             _, t = timed(lambda: shared.world.all_gather_rows(row))
@@ -121,7 +121,7 @@ def gather(args: argparse.Namespace) -> None:
             _, t = timed(lambda: shared.world.all_gather_objects(message))
             as_objects.append(t)
             whole = reference.next_batch()
-            _, t = timed(lambda: reference.update(whole, loss=np.full(len(whole), 0.5)))
+            _, t = timed(lambda: reference.feedback(whole, loss=np.full(len(whole), 0.5)))
             apply.append(t)
         rows.append({"world_size": world, "n": args.n, "global_batch": local * world, "local_batch": local,
                      "tensor_bytes_per_step": shared.counters["gathered_bytes"] // shared.counters["feedback_gathers"],
@@ -206,7 +206,7 @@ def finetune(args: argparse.Namespace) -> None:
         per_example = F.cross_entropy(logits, labels[index], reduction="none")
         loss = (per_example * torch.as_tensor(batch.weights, dtype=per_example.dtype)).mean()
         _, t_wait = timed(dist.barrier)  # the ranks' skew, which any collective (ours or DDP's) absorbs
-        _, t_update = timed(lambda: shared.update(batch, loss=per_example.detach()))  # as in the recipes
+        _, t_update = timed(lambda: shared.feedback(batch, loss=per_example.detach()))  # as in the recipes
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -252,7 +252,7 @@ def memory(args: argparse.Namespace) -> None:
         rss0 = rss_bytes()
         tracemalloc.start()
         sampler = PrioritizedSampler(n, batch_size=256, seed=0)  # warm-up pass first, as by default
-        sampler.update(sampler.next_batch(), loss=np.full(256, 0.5))  # the pass's permutation now exists
+        sampler.feedback(sampler.next_batch(), loss=np.full(256, 0.5))  # the pass's permutation now exists
         in_warmup, _ = tracemalloc.get_traced_memory()
         rss_warmup = rss_bytes() - rss0
         sampler.order = np.empty(0, np.int64)  # as after the pass (skipping it costs N / 256 draws)

@@ -53,8 +53,8 @@ def worker(args: argparse.Namespace) -> None:
                 spent["buffer"] = 0.0
             return self._timed(super().sample, *a, **k)
 
-        def update(self, *a, **k):
-            return self._timed(super().update, *a, **k)
+        def feedback(self, *a, **k):
+            return self._timed(super().feedback, *a, **k)
 
     loop.ReplayBuffer = TimedBuffer
     out = Path(args.out)

@@ -18,7 +18,7 @@ import replayloader
 imported = time.perf_counter()
 buf = replayloader.ReplayBuffer(64, alpha=0.6, beta=0.4, seed=0)
 ids = buf.add({"x": np.zeros((8, 4))})
-buf.update(buf.sample(8).ids, loss=np.ones(8))
+buf.feedback(buf.sample(8).ids, loss=np.ones(8))
 done = time.perf_counter()
 print(f"{imported - start:.2f} {done - imported:.2f}")
 """

@@ -116,7 +116,7 @@ def buffer_ops(size: dict, device: torch.device) -> list[dict]:
                     timings[name].append(time.perf_counter() - start)
                 sync(device)
                 start = time.perf_counter()
-                buffer.update(out.ids, loss=loss)  # includes the feedback's copy to the host
+                buffer.feedback(out.ids, loss=loss)  # includes the feedback's copy to the host
                 timings["update"].append(time.perf_counter() - start)
             rows.append({"N": n, "K": k, **{f"{name}_us": 1e6 * statistics.median(v) for name, v in timings.items()}})
     return rows

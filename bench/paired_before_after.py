@@ -23,7 +23,7 @@ def make(mod):
         buf.add(toks[r % 8]); s = buf.sample(k)
         fb = {key: sig[r % 8]}
         if old and extra and key != "loss": fb["loss"] = sig[(r + 1) % 8]
-        buf.update(s.ids, **fb)
+        buf.feedback(s.ids, **fb)
     return step
 sb, sa = make(B), make(A)
 for r in range(50): sb(r, True); sa(r, False)

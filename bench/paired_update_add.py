@@ -1,5 +1,5 @@
-"""Paired before/after timing of `ReplayBuffer.add`, `ReplayBuffer.update(loss=)` and
-`PrioritizedSampler.update(loss=)` alone (the calls whose feedback validation, eviction hook or w^alpha a change
+"""Paired before/after timing of `ReplayBuffer.add`, `ReplayBuffer.feedback(loss=)` and
+`PrioritizedSampler.feedback(loss=)` alone (the calls whose feedback validation, eviction hook or w^alpha a change
 touched): two copies of the package imported side by side in one
 process, their calls interleaved, so machine load hits both alike.
 
@@ -35,7 +35,7 @@ def make(mod):
     def update(r):
         if not ids:  # sampled after the add phase, so the ids are live (not skipped as stale)
             ids.extend(buf.sample(k).ids for _ in range(8))
-        buf.update(ids[r % 8], loss=losses[r % 8])
+        buf.feedback(ids[r % 8], loss=losses[r % 8])
 
     return (lambda r: buf.add(toks[r % 8])), update
 
@@ -57,12 +57,12 @@ def make_sampler(mod):
     sampler = mod.PrioritizedSampler(n, k, alpha=0.6, beta=0.4, seed=0, warmup_epochs=0)
     batches = [sampler.next_batch() for _ in range(8)]
     losses = [rng.uniform(0.01, 1.0, k) for _ in range(8)]
-    return lambda r: sampler.update(batches[r % 8], loss=losses[r % 8])
+    return lambda r: sampler.feedback(batches[r % 8], loss=losses[r % 8])
 
 
 (add_b, update_b), (add_a, update_a) = make(B), make(A)
 for label, (before, after) in (("add", (add_b, add_a)), ("update(loss=)", (update_b, update_a)),
-                               ("PrioritizedSampler.update(loss=)", (make_sampler(B), make_sampler(A)))):
+                               ("PrioritizedSampler.feedback(loss=)", (make_sampler(B), make_sampler(A)))):
     tb, ta = paired(before, after)
     ratio = ta / tb
     print(f"{label} N={n} K={k}: before {np.median(tb):.2f} µs, after {np.median(ta):.2f} µs, median ratio "

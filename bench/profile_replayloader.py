@@ -128,7 +128,7 @@ def make_buffer(n, rng):
     buf = ReplayBuffer(n, alpha=1.0, beta=0.4, strategy=Strategy(MeanWeight(), SetWeight(), EvictLowest()), seed=0)
     chunk = rng.integers(0, 30522, (min(n, 65536), 128), dtype=np.int64)
     ids = [buf.add({"tokens": chunk[: min(n, s + 65536) - s].copy()}) for s in range(0, n, 65536)]
-    buf.update(np.concatenate(ids), weight=rng.uniform(0.01, 1, n))
+    buf.feedback(np.concatenate(ids), weight=rng.uniform(0.01, 1, n))
     return buf
 
 
@@ -153,13 +153,13 @@ def buffer_times(grid):
         a = median_us(lambda: buf.add(toks[next(it) % 8]), reps=reps)
         s = buf.sample(k)
         b = median_us(lambda: buf.sample(k), reps=reps)
-        c = median_us(lambda: buf.update(s.ids, weight=pr[next(it) % 64]), reps=reps)
+        c = median_us(lambda: buf.feedback(s.ids, weight=pr[next(it) % 64]), reps=reps)
 
         def step():
             i = next(it)
             buf.add(toks[i % 8])
             x = buf.sample(k)
-            buf.update(x.ids, weight=pr[i % 64])
+            buf.feedback(x.ids, weight=pr[i % 64])
         d = median_us(step, reps=reps)
         print(f"| {n:,} | {k} | {a:.1f} | {b:.1f} | {c:.1f} | {d:.1f} |")
         del buf
@@ -181,7 +181,7 @@ def step_floors(n, k):
                             ("max init, FIFO", Strategy(MaxWeight(), SetWeight(), FIFO()))):
         buf = ReplayBuffer(n, alpha=1.0, beta=0.4, strategy=strategy, seed=0)
         ids = buf.add({"tokens": rng.integers(0, 30522, (n, 128), dtype=np.int64)})
-        buf.update(ids, weight=rng.uniform(0.01, 1, n))
+        buf.feedback(ids, weight=rng.uniform(0.01, 1, n))
         toks = {"tokens": rng.integers(0, 30522, (k, 128), dtype=np.int64)}
         pr = rng.uniform(0.01, 1, k)
         tree, store, no_f = buf.tree, buf.storage.fields["tokens"], np.empty(0)
@@ -213,7 +213,7 @@ def step_floors(n, k):
 
         def public():
             buf.add(toks)
-            buf.update(buf.sample(k).ids, weight=pr)
+            buf.feedback(buf.sample(k).ids, weight=pr)
         rows.append((label, median_us(public, reps=reps), raw_data, raw))
         del buf, store
         gc.collect()
@@ -246,7 +246,7 @@ def line_profiles(grid, reps):
             continue
         buf, toks, pr = filled_buffer(n, k)
         lp = LineProfiler()
-        funcs = (_functions_of(B.ReplayBuffer, ["add", "sample", "update", "_update_in_kernel", "_after_update",
+        funcs = (_functions_of(B.ReplayBuffer, ["add", "sample", "feedback", "_update_in_kernel", "_after_update",
                                                  "_set_weights", "mean_weight"])
                  + _functions_of(SumTree, ["set", "sample", "replace_min", "get", "total", "min_priority"])
                  + _functions_of(S.Storage, ["check_batch", "write", "gather"])
@@ -257,12 +257,12 @@ def line_profiles(grid, reps):
             lp.add_function(f)
         for i in range(5):
             buf.add(toks[i % 8])
-            buf.update(buf.sample(k).ids, weight=pr[i % 64])
+            buf.feedback(buf.sample(k).ids, weight=pr[i % 64])
         lp.enable_by_count()
         for i in range(reps):
             buf.add(toks[i % 8])
             x = buf.sample(k)
-            buf.update(x.ids, weight=pr[i % 64])
+            buf.feedback(x.ids, weight=pr[i % 64])
         lp.disable_by_count()
         stream = io.StringIO()
         try:

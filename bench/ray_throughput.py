@@ -65,7 +65,7 @@ def direct(buffer, calls: int) -> tuple[float, float]:
     start = time.perf_counter()
     for _ in range(calls):
         sample = buffer.sample(K)
-        buffer.update(sample.ids, weight=np.ones(K))
+        buffer.feedback(sample.ids, weight=np.ones(K))
     return adds, (time.perf_counter() - start) / calls
 
 

@@ -39,7 +39,7 @@ def soak_buffer(steps: int, capacity: int, k: int, rows: list) -> None:
     for step in range(steps):
         buf.add(batches[step % 8])
         sample = buf.sample(k)
-        buf.update(sample.ids, loss=losses[step % 8])
+        buf.feedback(sample.ids, loss=losses[step % 8])
         if step in marks:
             rows.append(("buffer", step + 1, time.perf_counter() - start, rss_mb(), buf.counters["stale_feedback"]))
 

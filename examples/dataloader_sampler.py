@@ -66,7 +66,7 @@ def main(argv=None) -> dict:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            batches.update(info, loss=per_example.detach())  # feedback: these indices' new weights
+            batches.feedback(info, loss=per_example.detach())  # feedback: these indices' new weights
         with torch.no_grad():
             accuracy.append(float((model(x_test).argmax(1) == y_test).float().mean()))
         print(f"epoch {epoch}: test accuracy {accuracy[-1]:.3f}, beta {sampler.current_beta():.2f}", flush=True)

@@ -6,7 +6,7 @@
 On GPUs the same command uses NCCL, one GPU per process. scikit-learn's digits train a small MLP wrapped in
 DistributedDataParallel. Each rank builds the same `PrioritizedSampler` (same length, options and seed; its
 ``batch_size`` is the GLOBAL batch) and wraps it in a `DistributedPrioritizedSampler`: the ranks draw the same
-global batch, each takes its share, and `update` gathers every rank's per-example losses so the sampler's
+global batch, each takes its share, and `feedback` gathers every rank's per-example losses so the sampler's
 weights stay identical on all ranks. At the end `save_shared_state` checks that the ranks agree and writes one
 file (``--state``) from which a run resumes on any number of ranks. `session` starts the process group, ends it
 without an abort, and stops a rank whose launcher is gone.
@@ -75,7 +75,7 @@ def main(argv=None) -> dict:
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-                batches.update(info, loss=per_example.detach())  # a collective: every rank, once per batch
+                batches.feedback(info, loss=per_example.detach())  # a collective: every rank, once per batch
                 trained += len(yb)
             with torch.no_grad():
                 accuracy.append(float((net(x_test).argmax(1) == y_test).float().mean()))

@@ -85,7 +85,7 @@ def main(argv=None) -> dict:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        buffer.update(batch.ids, weight=(y - predicted).detach().abs() + 1e-3)  # the new priorities
+        buffer.feedback(batch.ids, weight=(y - predicted).detach().abs() + 1e-3)  # the new priorities
         updates += 1
         if updates % args.target_every == 0:
             target.load_state_dict(q.state_dict())

@@ -196,7 +196,7 @@ class Run:
         self.optimizer.zero_grad()
         loss.backward()
         self.optimizer.step()
-        self.buffer.update(sample.ids, weight=td.numpy().astype(np.float64) + self.cfg.priority_eps)
+        self.buffer.feedback(sample.ids, weight=td.numpy().astype(np.float64) + self.cfg.priority_eps)
         self.updates += 1
         return loss.item()
 

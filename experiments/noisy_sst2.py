@@ -222,7 +222,7 @@ class Prioritized:
 
     def step(self, model, data: Data):
         batch = self.sampler.next_batch()
-        return batch.indices, batch.weights, 0, lambda losses: self.sampler.update(batch, loss=losses)
+        return batch.indices, batch.weights, 0, lambda losses: self.sampler.feedback(batch, loss=losses)
 
 
 class Select:

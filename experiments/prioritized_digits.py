@@ -97,9 +97,9 @@ def run(variant: str, seed: int, data, args) -> dict:
         if sampler is not None:
             t0 = time.perf_counter()
             if variant == "grad_bound":
-                sampler.update(batch, logits=logits.detach(), targets=y_train[indices])
+                sampler.feedback(batch, logits=logits.detach(), targets=y_train[indices])
             else:
-                sampler.update(batch, loss=per_example.detach())
+                sampler.feedback(batch, loss=per_example.detach())
             sampler_seconds += time.perf_counter() - t0
         step_seconds += time.perf_counter() - started
         if step % args.eval_every == 0:

@@ -66,3 +66,24 @@ def moved_name(name: str) -> Any:
     value = getattr(importlib.import_module(MOVED_NAMES[name]), name)
     setattr(sys.modules[__name__.rpartition(".")[0]], name, value)  # warned once; later lookups find it directly
     return value
+
+
+class renamed:
+    """A 0.1 name of a method or field, kept for one release. 1.0 has one feedback verb, ``feedback``, on buffers,
+    samplers and loaders alike (0.1: ``update`` on buffers and samplers), and one meaning of a batch record's
+    ``step`` (`ReplayBatch`'s producer count became ``produced``). Reading the old name warns and hands back the
+    new attribute, so a subclass that overrides the new name is what an old call reaches."""
+
+    def __init__(self, new: str) -> None:
+        self.new = new
+        self.old = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        warnings.warn(f"{type(obj).__name__}.{self.old} is deprecated since replayloader 1.0 and will be removed in "
+                      f"the next release: use .{self.new}", DeprecationWarning, stacklevel=2)
+        return getattr(obj, self.new)

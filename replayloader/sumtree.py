@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _checks as checks
+
 from .kernels.tree import (
     argmin_key,
     descend,
@@ -44,8 +46,7 @@ class SumTree:
 
     def __init__(self, capacity: int, dtype: np.dtype | type = np.float64, *, min_priority: bool = True,
                  min_key: bool = True, raw_sum: bool = True) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-            raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
+        capacity = checks.integer("capacity", capacity, 1)
         dtype = np.dtype(dtype)
         if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
             raise ValueError(f"dtype must be float64 or float32, got {dtype}")
@@ -187,9 +188,7 @@ class SumTree:
             raise _too_few(k) from err
 
     def _check_k(self, k) -> int:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= self.capacity:
-            raise ValueError(f"k must be an integer in [0, {self.capacity}], got {k!r}")
-        return int(k)
+        return checks.integer("k", k, 0, self.capacity)
 
     def clear(self) -> None:
         self.sums[:] = 0

@@ -48,7 +48,7 @@ def test_per_writes_td_priorities_and_weights_the_loss_by_annealed_importance_we
     for _ in range(40):
         run.step()
     run.updates = 30  # beta part-way through its annealing
-    run.buffer.update(np.arange(40), weight=rng.uniform(0.1, 2.0, 40))  # distinct priorities
+    run.buffer.feedback(np.arange(40), weight=rng.uniform(0.1, 2.0, 40))  # distinct priorities
     priorities = run.buffer.weights[:40].copy()
     state = run.buffer.state_dict()
     sample = run.buffer.sample(cfg.batch)  # the draw learn() is about to make
@@ -75,7 +75,7 @@ def test_uniform_arm_samples_uniformly_with_unit_weights():
     run = minatar_dqn.new_run(minatar_dqn.Config(replay_start=0, capacity=64), "breakout", "uniform", 0)
     for _ in range(40):
         run.step()
-    run.buffer.update(np.arange(40), weight=np.linspace(0.1, 5, 40))
+    run.buffer.feedback(np.arange(40), weight=np.linspace(0.1, 5, 40))
     sample = run.buffer.sample(16)
     np.testing.assert_allclose(sample.probabilities, 1 / 40)
     np.testing.assert_allclose(sample.weights, 1.0)

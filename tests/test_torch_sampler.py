@@ -37,7 +37,7 @@ def train(batch_sampler, loader, epochs, stop_after=None, done=0):
             np.testing.assert_array_equal(batch["index"].numpy(), info.indices)  # the info is this batch's
             weights = batch_sampler.importance_weights(info, batch["x"])
             assert weights.dtype == batch["x"].dtype and weights.shape == (len(info),)
-            batch_sampler.update(info, loss=(batch["index"] % 7).float() + 0.1 * (done + len(seen)))
+            batch_sampler.feedback(info, loss=(batch["index"] % 7).float() + 0.1 * (done + len(seen)))
             seen.append(info.indices.tolist())
             if stop_after is not None and len(seen) == stop_after:
                 return seen
@@ -66,7 +66,7 @@ def test_with_feedback_workers_draw_ahead_and_the_stream_differs_from_the_second
                 ahead = batch_sampler.sampler.step - info.step - 1  # drawn after this batch, before its feedback
                 assert ahead == min(2 * workers, len(batch_sampler) - j - 1)
                 first_prioritized = info.epoch == 1 and j == 0
-                batch_sampler.update(info, loss=np.full(len(info), 1000.0 if first_prioritized else 1.0))
+                batch_sampler.feedback(info, loss=np.full(len(info), 1000.0 if first_prioritized else 1.0))
                 seen.append(info.indices.tolist())
         streams[workers] = seen
     warmup = len(batch_sampler)
@@ -175,7 +175,7 @@ def test_the_batch_sampler_takes_the_sampler_family_not_a_list():
 
     assert isinstance(PrioritizedSampler(10, batch_size=2, seed=0), SamplerLike)
     assert all(hasattr(DistributedPrioritizedSampler, name) for name in
-               ("next_batch", "update", "settle", "state_dict", "load_state_dict", "__iter__", "__len__"))
+               ("next_batch", "feedback", "settle", "state_dict", "load_state_dict", "__iter__", "__len__"))
     with pytest.raises(TypeError, match="sampler must be a PrioritizedSampler or a DistributedPrioritizedSampler "
                                         r"\(a SamplerLike.*got list"):
         PrioritizedBatchSampler([1, 2, 3])

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .replay_buffer import ReplayBuffer, Sample
+from .._moved import renamed
 
 
 class LockedBuffer:
@@ -44,9 +45,11 @@ class LockedBuffer:
         with self.lock:
             return self.buffer.sample(k)
 
-    def update(self, ids: Any, **feedback: Any) -> int:
+    update = renamed("feedback")
+
+    def feedback(self, ids: Any, **feedback: Any) -> int:
         with self.lock:
-            return self.buffer.update(ids, **feedback)
+            return self.buffer.feedback(ids, **feedback)
 
     def stats(self) -> dict[str, float]:
         with self.lock:

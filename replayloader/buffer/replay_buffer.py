@@ -46,14 +46,17 @@ from ..strategies import Strategy, TreeReadView
 from ..sumtree import SumTree
 from .feedback import invalid_value, read_feedback
 from .storage import Storage
+from .._moved import renamed
 
 STATE_VERSION = 2
 
 
 @dataclass
 class Sample:
-    """A sampled mini-batch. ``weights`` are importance weights (P_min / P_i)^beta, or None without beta;
-    ``ages`` count the adds since each example was added (0: it came with the latest add)."""
+    """A sampled mini-batch, in the field order of every batch record: what was drawn (``data``, ``ids``), then
+    ``probabilities`` and the importance ``weights`` (P_min / P_i)^beta. Weights are always an array (all 1
+    without beta), so a loss multiplies by them without asking first. ``ages`` count the adds since each example
+    was added (0: it came with the latest add)."""
 
     data: dict[str, Any]
     ids: np.ndarray
@@ -103,7 +106,7 @@ class ReplayBuffer:
         capacity: number of examples kept (N).
         alpha: prioritization exponent; 0 is uniform, 1 samples proportionally to the weights.
         beta: importance-weight exponent (PER): a number, a schedule of the sample call (``LinearSchedule(0.4,
-            1.0, steps)`` anneals it as PER does; the call count is checkpointed), or None for no weights.
+            1.0, steps)`` anneals it as PER does; the call count is checkpointed), or None for no weighting (weights all 1).
         strategy: initializer + update + eviction; None means the paper's MeanWeight/LossDifference/EvictLowest.
         storage: a `Storage` to write into (None: a new one; torch tensors stay on their device).
         seed: seed of the sampling generator (its state is checkpointed).
@@ -277,7 +280,7 @@ class ReplayBuffer:
                                  f"k={k} is larger")
             slots = self.last_add_slots[:k]
             probabilities = np.full(k, 1.0 / k)
-            weights = None if self.beta is None else np.ones(k)
+            weights = np.ones(k)
             ids = self.meta[slots, SERIAL] * self.capacity + slots
             ages = last_add - self.meta[slots, ADDED_AT]
             age_sum = int(ages.sum())
@@ -288,7 +291,7 @@ class ReplayBuffer:
                 tree.nodes, tree.layout, self.meta, self.rng_state, int(k), self._stratified, self.size,
                 beta, last_add)
             if self.beta is None:
-                weights = None
+                weights = np.ones(k)
         counters["sample_calls"] += 1
         counters["sampled"] += k
         counters["sampled_age_sum"] += age_sum
@@ -299,7 +302,9 @@ class ReplayBuffer:
         return value_at("beta", self.beta, self.counters["sample_calls"])
 
     # ------------------------------------------------------------------ update
-    def update(self, ids: Any, **feedback: Any) -> int:
+    update = renamed("feedback")
+
+    def feedback(self, ids: Any, **feedback: Any) -> int:
         """Apply per-example feedback (e.g. ``loss=``) to the examples of ``ids``; returns how many changed.
 
         The keywords are those the strategy's update declares (`replayloader.buffer.feedback`). Stale ids are skipped and

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _checks as checks
 from ..state.files import StateFileError
 from .state_files import read_state_file, state_digest, write_state_file
 
@@ -45,13 +46,8 @@ class ReplayShard:
     world_size: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("rank", "world_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise TypeError(f"{name} must be an integer, got {value!r}")
-        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
-            raise ValueError(f"rank must lie in [0, world_size) with world_size >= 1, got rank={self.rank} "
-                             f"world_size={self.world_size}")
+        world_size = checks.integer("world_size", self.world_size, 1)
+        checks.integer("rank", self.rank, 0, world_size - 1, why=f"world_size is {world_size}")
 
     @classmethod
     def current(cls, group: Any = None) -> ReplayShard:

@@ -17,7 +17,7 @@ How the ranks stay bit-identical:
   the step and epoch the batch was drawn in) travels in one fixed-size int64 tensor per rank through one
   ``all_gather`` (a second, wider one only when a rank sends more than its share). Every rank then applies the
   same merged feedback in one fixed order: per global step (oldest first), in the order of the global batch, as
-  one `PrioritizedSampler.update`, which is exactly what one process training on the whole batch would apply;
+  one `PrioritizedSampler.feedback`, which is exactly what one process training on the whole batch would apply;
   feedback without a step (plain index arrays) follows, in rank order. So 2 ranks x B/2 reproduce 1 process
   x B (indices, probabilities, importance weights; tested over epochs including the warm-up).
 - Each `update` also compares every rank's draw count, RNG state and tree mass and raises on every rank if they
@@ -46,6 +46,7 @@ from ..buffer.feedback import as_feedback_array, check_values
 from ..sampler.prioritized import PrioritizedSampler, SampledBatch
 from .group import ProcessGroup
 from .state_files import state_digest
+from .._moved import renamed
 
 _HEADER = 11  # status, step, epoch, k, keymask, draws, 4 RNG words, tree-mass bits
 
@@ -194,7 +195,9 @@ class DistributedPrioritizedSampler:
         return {**self.sampler.stats(), **self.counters}
 
     # ------------------------------------------------------------------ feedback
-    def update(self, batch: RankBatch | SampledBatch | Any | None, **feedback: Any) -> int | None:
+    update = renamed("feedback")
+
+    def feedback(self, batch: RankBatch | SampledBatch | Any | None, **feedback: Any) -> int | None:
         """Collective: every rank calls it (``batch=None`` joins with no feedback). Gathers all ranks' feedback and
         applies it on every rank in one order (see the module doc); returns how many weights changed in all.
 
@@ -235,7 +238,7 @@ class DistributedPrioritizedSampler:
 
     def _check(self, batch: Any, feedback: Mapping[str, Any], header: np.ndarray) -> list[np.ndarray]:
         """This rank's feedback as int64 columns (positions, indices, one float64-bits column per keyword); fills
-        the header's step, epoch, k and keyword mask. Raises like `PrioritizedSampler.update` on bad input."""
+        the header's step, epoch, k and keyword mask. Raises like `PrioritizedSampler.feedback` on bad input."""
         header[1:3] = -1
         if batch is None:
             if feedback:
@@ -357,12 +360,12 @@ class DistributedPrioritizedSampler:
             keep = order[first]  # a padded repeat: its first copy's value
             whole = SampledBatch(indices[keep], np.ones(len(keep)), np.ones(len(keep)), int(by_step[step][0][2]),
                                  step)
-            changed += self.sampler.update(whole, **{name: v[keep] for name, v in values.items()})
+            changed += self.sampler.feedback(whole, **{name: v[keep] for name, v in values.items()})
         for row in plain:
             _, indices, values = self._columns([row])
             batch = indices if row[2] < 0 else SampledBatch(indices, np.ones(len(indices)), np.ones(len(indices)),
                                                              int(row[2]), -1)
-            changed += self.sampler.update(batch, **values)
+            changed += self.sampler.feedback(batch, **values)
         return changed
 
     def _columns(self, rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:

@@ -135,7 +135,7 @@ class DistributedScoreThenSelect:
             for rank, (positions, selection) in enumerate(zip(shares, selections)):
                 first = np.arange(rank, rank + self.world_size * len(positions), self.world_size) < length
                 scores[positions[first]] = selection.scores[first]  # a padded repeat: its first copy's score
-            self.shared.sampler.update(whole, loss=refresh_values(scores))
+            self.shared.sampler.feedback(whole, loss=refresh_values(scores))
 
         return self.selector.choose_split(losses, [whole.indices[p] for p in shares],
                                           [whole.weights[p] for p in shares], refresh if self.refresh else None,

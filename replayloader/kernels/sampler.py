@@ -1,4 +1,4 @@
-"""Compiled index checks of `PrioritizedSampler.update`: one pass over the batch instead of a dozen numpy calls,
+"""Compiled index checks of `PrioritizedSampler.feedback`: one pass over the batch instead of a dozen numpy calls,
 so a feedback call costs a few microseconds more than the strategy's own work."""
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ class DeferredFeedback:
     """Queue ``update(ids, **signals)`` calls and run them at `flush`, copying device tensors without waiting.
 
     Args:
-        update: what applies the feedback, e.g. ``buffer.update`` or a `LockedBuffer`'s ``update``.
+        update: what applies the feedback, e.g. ``buffer.feedback`` or a `LockedBuffer`'s ``feedback``.
     """
 
     def __init__(self, update: Callable[..., int]) -> None:

@@ -57,10 +57,7 @@ class RateLimiter:
     def __init__(self, samples_per_insert: float, *, min_size: int = 1, error_buffer: float = 100.0,
                  timeout: float = 60.0) -> None:
         self.samples_per_insert = checks.number("samples_per_insert", samples_per_insert, 0.0, low_open=True)
-        if isinstance(min_size, bool) or not isinstance(min_size, (int, np.integer)) or min_size < 1:
-            raise ValueError(f"min_size must be an integer >= 1 (nothing can be sampled from an empty buffer), "
-                             f"got {min_size!r}")
-        self.min_size = int(min_size)
+        self.min_size = checks.integer("min_size", min_size, 1, why="nothing can be sampled from an empty buffer")
         self.error_buffer = checks.number("error_buffer", error_buffer, 0.0, low_open=True)
         self.timeout = checks.number("timeout", timeout, 0.0, low_open=True)
         self.insert_timeout: float | None = self.timeout  # None: producers wait as long as the learner needs

@@ -34,15 +34,21 @@ from .rate_limiter import LimiterConfigError, RateLimiter, RateLimitTimeout, cre
 from ..state.checks import InvalidState, field, integer, number
 from .workers import OrderedFeed, ProducerPool
 from .. import _checks as checks
+from .._moved import renamed
 
 
 @dataclass
 class ReplayBatch(Sample):
-    """A `Sample` plus the producer's side output and which examples were produced this very step."""
+    """A `Sample` plus the producer's side output, which examples were produced this very step, and ``produced``:
+    the producer calls of this pass so far, this batch's included (with one call per training step, the step
+    number). 0.1 called it ``step``; 1.0 keeps ``step`` for one meaning only, `SampledBatch`'s global batch
+    number, and serves the old name with a DeprecationWarning for one release."""
 
     aux: Any = None
     fresh: np.ndarray | None = None  # bool (k,): True where the example came from this step's producer call
-    step: int = 0
+    produced: int = 0
+
+    step = renamed("produced")
 
 
 class ReplayDataLoader:
@@ -104,7 +110,7 @@ class ReplayDataLoader:
         self.buffer = buffer
         self.shared = LockedBuffer(buffer)
         self.lock = self.shared.lock  # held around every buffer call; hold it yourself for buffer calls of your own
-        self._deferred = DeferredFeedback(self.shared.update) if defer_feedback else None
+        self._deferred = DeferredFeedback(self.shared.feedback) if defer_feedback else None
         self.batch_size = int(batch_size)
         self.replay_ratio = float(replay_ratio)
         self.source = source
@@ -198,7 +204,7 @@ class ReplayDataLoader:
         self._meter["sampled"] += self.batch_size
         fresh = np.isin(sample.ids % self.buffer.capacity, fresh_slots)
         return ReplayBatch(sample.data, sample.ids, sample.probabilities, sample.weights, sample.ages,
-                           aux=aux, fresh=fresh, step=step)
+                           aux=aux, fresh=fresh, produced=step)
 
     # ------------------------------------------------------------------ background producers
     def _iter_background(self) -> Iterator[ReplayBatch]:
@@ -284,7 +290,7 @@ class ReplayDataLoader:
         if self._deferred is not None:
             self._deferred.push(batch.ids, **signals)
             return 0
-        return self.shared.update(batch.ids, **signals)
+        return self.shared.feedback(batch.ids, **signals)
 
     def flush_feedback(self) -> int:
         """Apply deferred feedback now (the loader does it before it next adds or samples, and before

@@ -212,7 +212,7 @@ class RayReplayLoader:
                 sample = self.buffer.sample(self.batch_size)
                 meter["sampled"] += self.batch_size
                 yield ReplayBatch(sample.data, sample.ids, sample.probabilities, sample.weights, sample.ages,
-                                  fresh=np.isin(sample.ids, self._latest), step=self.step)
+                                  fresh=np.isin(sample.ids, self._latest), produced=self.step)
         finally:
             feed.halt()
             limiter.close()
@@ -253,7 +253,7 @@ class RayReplayLoader:
 
     def feedback(self, batch: ReplayBatch, **signals: Any) -> int:
         """Per-example signals (loss=, weight=, ...) for a yielded batch, to the buffer's strategy."""
-        return self.buffer.update(batch.ids, **signals)
+        return self.buffer.feedback(batch.ids, **signals)
 
     def stats(self) -> dict[str, float]:
         """Inserted and sampled examples (and per second since the first pass), seconds the loop waited for data,

@@ -23,6 +23,7 @@ import ray
 from ..buffer.replay_buffer import Sample
 from ..loader.workers import WorkerError
 from .server import BufferServer, Mass
+from .._moved import renamed
 
 
 class BufferActorDied(WorkerError):
@@ -115,8 +116,10 @@ class RemoteBuffer:
     def sample(self, k: int) -> Sample:
         return self._call(self.handle.sample.remote(k))
 
-    def update(self, ids: Any, **feedback: Any) -> int:
-        return self._call(self.handle.update.remote(ids, **feedback))
+    update = renamed("feedback")
+
+    def feedback(self, ids: Any, **feedback: Any) -> int:
+        return self._call(self.handle.feedback.remote(ids, **feedback))
 
     def mass(self) -> Mass:
         return self._call(self.handle.mass.remote())

@@ -102,7 +102,7 @@ class BufferServer:
     def _add(self, batch: Mapping[str, Any], weights: np.ndarray | None) -> np.ndarray:
         ids = self.buffer.add(batch)
         if weights is not None:  # one actor call: nobody samples the examples before their weights are set
-            self.buffer.update(ids, weight=weights)
+            self.buffer.feedback(ids, weight=weights)
         return ids
 
     # ------------------------------------------------------------------ learner
@@ -111,8 +111,8 @@ class BufferServer:
         sample = self.buffer.sample(k)
         return (sample, self.mass()) if with_mass else sample
 
-    def update(self, ids: Any, **feedback: Any) -> int:
-        return self.buffer.update(ids, **feedback)
+    def feedback(self, ids: Any, **feedback: Any) -> int:
+        return self.buffer.feedback(ids, **feedback)
 
     def mass(self) -> Mass:
         buffer = self.buffer

@@ -28,6 +28,7 @@ from .remote import RemoteBuffer, call
 from .server import Mass
 from .. import _checks as checks
 from ..state.checks import InvalidState, field, integer, require
+from .._moved import renamed
 
 
 class ShardedBuffer:
@@ -129,7 +130,7 @@ class ShardedBuffer:
         scale = totals / totals.sum() if by_mass else np.array([m.size for m in masses], np.float64) / sum(
             m.size for m in masses)
         probabilities = np.concatenate([sample.probabilities * scale[s] for s, sample in parts])
-        weights = None
+        weights = np.ones(len(probabilities))
         if self.beta is not None:
             if by_mass:
                 p_min = min(m.min_priority for m in masses if m.total > 0) / totals.sum()
@@ -142,7 +143,9 @@ class ShardedBuffer:
         return Sample(data, ids, probabilities, weights, ages)
 
     # ------------------------------------------------------------------ update
-    def update(self, ids: Any, **feedback: Any) -> int:
+    update = renamed("feedback")
+
+    def feedback(self, ids: Any, **feedback: Any) -> int:
         """Route each example's feedback to its shard; returns how many weights changed. The whole call is
         checked first (see the module docstring)."""
         ids = to_numpy(ids, "ids")
@@ -166,7 +169,7 @@ class ShardedBuffer:
         shard, local = ids % n, ids // n
         self._check_issued(ids, shard, local)
         chosen = [s for s in range(n) if (shard == s).any()]
-        refs = [self.shards[s].handle.update.remote(local[shard == s], **{name: value[shard == s]
+        refs = [self.shards[s].handle.feedback.remote(local[shard == s], **{name: value[shard == s]
                                                                            for name, value in checked.items()})
                 for s in chosen]
         return int(sum(call(refs, self.names)))

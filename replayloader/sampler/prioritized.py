@@ -35,18 +35,21 @@ from ..sumtree import SumTree
 from .. import _checks as checks
 from .. import schedules
 from ..schedules import LinearSchedule, value_at  # noqa: F401 (LinearSchedule: re-exported from its 0.1 home)
+from .._moved import renamed
 
 STATE_VERSION = 1
 
 
 @dataclass
 class SampledBatch:
-    """One batch of dataset indices. ``weights`` are importance weights (P_min / P_i)^beta (all 1 when beta is
-    None or during the warm-up pass); ``epoch`` and ``step`` (global batch number) stamp when it was drawn."""
+    """One batch of dataset indices, in the field order of every batch record (`Sample`): what was drawn, then
+    ``probabilities`` and the importance ``weights`` (P_min / P_i)^beta (all 1 when beta is None or during the
+    warm-up pass). ``epoch`` and ``step`` stamp when it was drawn: ``step`` is the global batch number, the
+    batches this sampler drew before this one."""
 
     indices: np.ndarray
-    weights: np.ndarray
     probabilities: np.ndarray
+    weights: np.ndarray
     epoch: int
     step: int
 
@@ -207,7 +210,7 @@ class PrioritizedSampler:
             self.epoch += 1
             self.order = np.empty(0, np.int64)
             self._score_unmeasured()
-        return SampledBatch(indices, weights, probabilities, epoch, step)
+        return SampledBatch(indices, probabilities, weights, epoch, step)
 
     def _warmup_batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.position == 0:
@@ -239,7 +242,9 @@ class PrioritizedSampler:
         return indices, probabilities, weights
 
     # ------------------------------------------------------------------ feedback
-    def update(self, batch: SampledBatch | Any, **feedback: Any) -> int:
+    update = renamed("feedback")
+
+    def feedback(self, batch: SampledBatch | Any, **feedback: Any) -> int:
         """Feed back per-example signals for a batch (a `SampledBatch`, or its indices): the keywords the update
         rule declares (``loss=`` for the default `LossValue`; ``logits=``/``targets=``/``mask=`` or
         ``grad_bound=`` for `GradBound`; ...). Returns how many weights changed.

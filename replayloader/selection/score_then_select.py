@@ -55,7 +55,7 @@ class ScoreThenSelect:
         than n_B candidates) gives min(n_b, its size) rows. Bad input raises and changes nothing."""
         if not isinstance(candidates, SampledBatch):
             raise TypeError(f"candidates must be the SampledBatch the sampler drew, got {type(candidates).__name__}")
-        refresh = ((lambda s: self.sampler.update(candidates, loss=refresh_values(s.scores))) if self.refresh
+        refresh = ((lambda s: self.sampler.feedback(candidates, loss=refresh_values(s.scores))) if self.refresh
                    else None)
         short = len(candidates) < self.sampler.batch_size  # the last batch of a shuffled pass
         return self.selector.choose(losses, candidates.indices, candidates.weights, before_commit=refresh,
@@ -111,7 +111,7 @@ class BufferScoreThenSelect:
         those, else None. Bad input raises and changes nothing."""
         if not isinstance(candidates, Sample):
             raise TypeError(f"candidates must be a Sample or ReplayBatch, got {type(candidates).__name__}")
-        refresh = ((lambda s: self.buffer.update(candidates.ids, loss=refresh_values(s.scores))) if self.refresh
+        refresh = ((lambda s: self.buffer.feedback(candidates.ids, loss=refresh_values(s.scores))) if self.refresh
                    else None)
         return self.selector.choose(losses, indices, candidates.weights, before_commit=refresh)
 

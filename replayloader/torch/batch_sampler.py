@@ -35,6 +35,7 @@ from ..distributed.sampler import DistributedPrioritizedSampler, advance_to_epoc
 from ..sampler.prioritized import PrioritizedSampler, SampledBatch
 from ..sampler.protocol import SamplerLike
 from ..state.checks import array, field, integer, require
+from .._moved import renamed
 
 
 class PrioritizedBatchSampler(Sampler[list[int]]):
@@ -47,7 +48,7 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
     def __init__(self, sampler: PrioritizedSampler | DistributedPrioritizedSampler) -> None:
         if not isinstance(sampler, SamplerLike):  # the family, not a list (PrioritizedSampler, the DDP one, yours)
             raise TypeError(f"sampler must be a PrioritizedSampler or a DistributedPrioritizedSampler (a SamplerLike: "
-                            f"next_batch, update, settle, state_dict, ...), got {type(sampler).__name__}")
+                            f"next_batch, feedback, settle, state_dict, ...), got {type(sampler).__name__}")
         self.sampler = sampler
         self._handed_out: deque[SampledBatch] = deque()
         self._replay: deque[SampledBatch] = deque()  # drawn before a checkpoint, not yet received by the loop
@@ -89,9 +90,11 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
         """The batch's importance weights as a tensor of ``like``'s dtype and device (to scale per-example losses)."""
         return torch.as_tensor(batch.weights, dtype=like.dtype).to(like.device, non_blocking=True)
 
-    def update(self, batch: SampledBatch | Any, **feedback: Any) -> int:
-        """`PrioritizedSampler.update` (torch tensors are accepted and detached)."""
-        return self.sampler.update(batch, **feedback)
+    update = renamed("feedback")
+
+    def feedback(self, batch: SampledBatch | Any, **feedback: Any) -> int:
+        """`PrioritizedSampler.feedback` (torch tensors are accepted and detached)."""
+        return self.sampler.feedback(batch, **feedback)
 
     def state_dict(self) -> dict:
         """The sampler's state plus the batches it drew that the loop has not received yet."""
@@ -111,8 +114,8 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
             where = f"batch sampler state['pending'][{j}]"
             indices = array(batch, "indices", where, (-1,), "iu", np.int64)
             require(bool(((indices >= 0) & (indices < n)).all()), f"{where}['indices'] must lie in [0, {n})")
-            batches.append(SampledBatch(indices, array(batch, "weights", where, indices.shape, "fiu", np.float64),
-                                        array(batch, "probabilities", where, indices.shape, "fiu", np.float64),
+            batches.append(SampledBatch(indices, array(batch, "probabilities", where, indices.shape, "fiu", np.float64),
+                                        array(batch, "weights", where, indices.shape, "fiu", np.float64),
                                         integer(batch, "epoch", where, 0), integer(batch, "step", where, 0)))
         self.sampler.load_state_dict(field(state, "sampler", "batch sampler state"))
         self._handed_out.clear()

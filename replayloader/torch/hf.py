@@ -94,7 +94,7 @@ class PrioritizedTrainer(Trainer):
         outputs = model(**inputs)
         per_example = self.per_example_loss(outputs, labels)
         batch = self.batch_sampler.next_batch_info()
-        self.batch_sampler.update(batch, loss=per_example.detach())
+        self.batch_sampler.feedback(batch, loss=per_example.detach())
         loss = (per_example * self.batch_sampler.importance_weights(batch, per_example)).mean()
         return (loss, outputs) if return_outputs else loss
 

@@ -65,7 +65,7 @@ class PrioritizedModule(pl.LightningModule):
     def prioritized_loss(self, info: SampledBatch, per_example: torch.Tensor, **feedback: Any) -> torch.Tensor:
         """Feed the per-example losses back (``loss=``, unless other ``feedback`` is given; a collective under DDP,
         whose gather runs during the backward pass) and return their importance-weighted mean."""
-        self.batches.update(info, **(feedback or {"loss": per_example.detach()}))
+        self.batches.feedback(info, **(feedback or {"loss": per_example.detach()}))
         return (per_example * self.batches.importance_weights(info, per_example)).mean()
 
     def on_train_end(self) -> None:

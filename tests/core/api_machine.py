@@ -113,7 +113,7 @@ class BufferAPIMachine(RuleBasedStateMachine):
         self.feedback(ids, key, np.full(len(ids), 0.5))
 
     def feedback(self, ids, key, values, via=None):
-        call = via or self.buffer.update
+        call = via or self.buffer.feedback
         out = self.expect(lambda: call(ids, **{key: values}), lambda: self.model.update(ids, key, values))
         if out is not None:
             assert out[0] == out[1], f"update changed {out[0]} weights, the model {out[1]}"

@@ -139,7 +139,7 @@ class ReferenceBuffer:
             assert (p[slots] > 0).all(), "sampled an example of probability 0"
             np.testing.assert_allclose(sample.probabilities, p[slots], rtol=1e-9)
             if self.beta is None:
-                assert sample.weights is None
+                assert (sample.weights == 1).all()  # weights are always an array: ones without beta
             else:
                 p_min = p[p > 0].min()
                 np.testing.assert_allclose(sample.weights, (p_min / p[slots]) ** self.beta, rtol=1e-9)

@@ -34,7 +34,7 @@ def test_stale_feedback_is_ignored_and_counted():
     sampled = buf.sample(4).ids
     buf.add(batch(2, start=100))  # FIFO overwrites slots 0 and 1
     before = buf.weights.copy()
-    applied = buf.update(sampled, weight=np.full(4, 9.0))
+    applied = buf.feedback(sampled, weight=np.full(4, 9.0))
     stale = np.isin(sampled % 4, [0, 1])
     assert applied == len(np.unique(sampled[~stale]))
     assert buf.stats()["stale_feedback"] == stale.sum()
@@ -45,7 +45,7 @@ def test_stale_feedback_is_ignored_and_counted():
 def test_evict_lowest_replaces_lowest_weights_among_old_examples():
     buf = set_weight_buffer(5)
     ids = buf.add(batch(5))
-    buf.update(ids, weight=np.array([5.0, 0.5, 3.0, 0.1, 4.0]))
+    buf.feedback(ids, weight=np.array([5.0, 0.5, 3.0, 0.1, 4.0]))
     new_ids = buf.add(batch(2, start=10))
     assert sorted((new_ids % 5).tolist()) == [1, 3]
     # mean weight of the 5 before the add: (5 + .5 + 3 + .1 + 4) / 5
@@ -58,7 +58,7 @@ def test_evict_lowest_replaces_lowest_weights_among_old_examples():
 def test_duplicate_ids_in_one_update_last_value_wins():
     buf = set_weight_buffer(4)
     ids = buf.add(batch(4))
-    buf.update(np.array([ids[1], ids[2], ids[1]]), weight=np.array([1.0, 2.0, 3.0]))
+    buf.feedback(np.array([ids[1], ids[2], ids[1]]), weight=np.array([1.0, 2.0, 3.0]))
     assert buf.weights[1] == 3.0 and buf.weights[2] == 2.0
 
 
@@ -69,7 +69,7 @@ def test_torch_tensors_stay_on_their_device():
     s = buf.sample(5)
     assert isinstance(s.data["x"], torch.Tensor) and s.data["y"].dtype == torch.bfloat16
     assert (s.data["x"][:, 1] == s.data["x"][:, 0] + 1).all()
-    buf.update(s.ids, weight=torch.rand(5))
+    buf.feedback(s.ids, weight=torch.rand(5))
 
 
 BAD_CALLS = {  # name -> (call(buffer, ids sampled before the snapshot), error, message pattern)
@@ -86,24 +86,24 @@ BAD_CALLS = {  # name -> (call(buffer, ids sampled before the snapshot), error, 
                      ValueError, "examples"),
     "too large": (lambda b, ids: b.add(batch(9)), ValueError, "capacity 8"),
     "k=0": (lambda b, ids: b.sample(0), ValueError, "k must be"),
-    "nan weight": (lambda b, ids: b.update(ids, weight=np.array([1.0, np.nan, 1.0])), ValueError,
+    "nan weight": (lambda b, ids: b.feedback(ids, weight=np.array([1.0, np.nan, 1.0])), ValueError,
                    r"weight\[1\] = nan"),
-    "inf weight": (lambda b, ids: b.update(ids, weight=np.array([np.inf, 1.0, 1.0])), ValueError,
+    "inf weight": (lambda b, ids: b.feedback(ids, weight=np.array([np.inf, 1.0, 1.0])), ValueError,
                    r"weight\[0\] = inf"),
-    "negative weight": (lambda b, ids: b.update(ids, weight=np.array([1.0, 1.0, -2.0])), ValueError,
+    "negative weight": (lambda b, ids: b.feedback(ids, weight=np.array([1.0, 1.0, -2.0])), ValueError,
                         r"weight\[2\] = -2"),
-    "never issued": (lambda b, ids: b.update(np.array([0, 10**9]), weight=np.ones(2)), ValueError, "never issued"),
-    "negative id": (lambda b, ids: b.update(np.array([-1]), weight=np.ones(1)), ValueError, "never issued"),
-    "huge id": (lambda b, ids: b.update(np.array([0, 2**63 - 1]), weight=np.ones(2)), ValueError, r"ids\[1\]"),
-    "next id": (lambda b, ids: b.update(np.array([6 * 8]), weight=np.ones(1)), ValueError, "never issued"),
-    "wrong slot": (lambda b, ids: b.update(np.array([5 * 8 + 6]), weight=np.ones(1)), ValueError, "never issued"),
-    "wrong length": (lambda b, ids: b.update(ids, weight=np.ones(2)), ValueError, r"shape \(3,\)"),
-    "another update's keyword": (lambda b, ids: b.update(ids, loss=np.ones(3)), TypeError,
+    "never issued": (lambda b, ids: b.feedback(np.array([0, 10**9]), weight=np.ones(2)), ValueError, "never issued"),
+    "negative id": (lambda b, ids: b.feedback(np.array([-1]), weight=np.ones(1)), ValueError, "never issued"),
+    "huge id": (lambda b, ids: b.feedback(np.array([0, 2**63 - 1]), weight=np.ones(2)), ValueError, r"ids\[1\]"),
+    "next id": (lambda b, ids: b.feedback(np.array([6 * 8]), weight=np.ones(1)), ValueError, "never issued"),
+    "wrong slot": (lambda b, ids: b.feedback(np.array([5 * 8 + 6]), weight=np.ones(1)), ValueError, "never issued"),
+    "wrong length": (lambda b, ids: b.feedback(ids, weight=np.ones(2)), ValueError, r"shape \(3,\)"),
+    "another update's keyword": (lambda b, ids: b.feedback(ids, loss=np.ones(3)), TypeError,
                                  r"unknown feedback keyword 'loss' for SetWeight; accepted: \['weight'\]"),
-    "typo keyword": (lambda b, ids: b.update(ids, wieght=np.ones(3)), TypeError, "'wieght'.*accepted"),
-    "missing keyword": (lambda b, ids: b.update(ids), TypeError, "needs the keyword 'weight'"),
-    "no ids": (lambda b, ids: b.update(np.array([], np.int64), weight=np.ones(0)), ValueError, "non-empty"),
-    "float ids": (lambda b, ids: b.update(ids.astype(float), weight=np.ones(3)), ValueError, "integer"),
+    "typo keyword": (lambda b, ids: b.feedback(ids, wieght=np.ones(3)), TypeError, "'wieght'.*accepted"),
+    "missing keyword": (lambda b, ids: b.feedback(ids), TypeError, "needs the keyword 'weight'"),
+    "no ids": (lambda b, ids: b.feedback(np.array([], np.int64), weight=np.ones(0)), ValueError, "non-empty"),
+    "float ids": (lambda b, ids: b.feedback(ids.astype(float), weight=np.ones(3)), ValueError, "integer"),
 }
 
 
@@ -173,7 +173,7 @@ def test_random_add_update_sample_sequences_match_reference(capacity, data):
         elif op == "update":
             ids = data.draw(st.lists(st.sampled_from(issued), min_size=1, max_size=10))
             w = data.draw(st.lists(st.floats(0, 100), min_size=len(ids), max_size=len(ids)))
-            buf.update(np.array(ids), weight=np.array(w))
+            buf.feedback(np.array(ids), weight=np.array(w))
             ref.update(ids, w)
             largest = max(largest, *w)
         else:
@@ -236,7 +236,7 @@ class _WritingEviction(EvictLowest):
 def test_an_eviction_sees_the_tree_read_only_and_a_write_changes_nothing(how, error, message):
     buf = ReplayBuffer(4, strategy=Strategy(MeanWeight(), SetWeight(), _WritingEviction(how)), seed=0)
     ids = buf.add({"x": np.arange(4.0)[:, None]})
-    buf.update(ids, weight=np.array([3.0, 1.0, 2.0, 4.0]))
+    buf.feedback(ids, weight=np.array([3.0, 1.0, 2.0, 4.0]))
     before = copy.deepcopy(buf.state_dict())
     with pytest.raises(error, match=message):
         buf.add({"x": np.zeros((2, 1))})
@@ -255,7 +255,7 @@ def test_an_eviction_reads_what_it_needs_through_the_view():
 
     buf = ReplayBuffer(4, beta=0.5, strategy=Strategy(MeanWeight(), SetWeight(), ReadEverything()), seed=0)
     ids = buf.add({"x": np.arange(4.0)[:, None]})
-    buf.update(ids, weight=np.array([3.0, 1.0, 2.0, 4.0]))
+    buf.feedback(ids, weight=np.array([3.0, 1.0, 2.0, 4.0]))
     new = buf.add({"x": np.zeros((2, 1))})
     assert sorted(new % 4) == [1, 2]  # the two lowest weights were overwritten
 
@@ -272,9 +272,9 @@ def test_beta_anneals_on_a_schedule_of_the_sample_calls_and_resumes_exactly():
 
     buffer = make()
     buffer.add({"x": np.arange(16.0)[:, None]})
-    buffer.update(buffer.sample(64).ids, weight=np.ones(64))  # one call, β 0: every weight 1
+    buffer.feedback(buffer.sample(64).ids, weight=np.ones(64))  # one call, β 0: every weight 1
     ids = np.unique(buffer.sample(64).ids)
-    buffer.update(ids, weight=1.0 + ids % 4.0)  # two calls so far
+    buffer.feedback(ids, weight=1.0 + ids % 4.0)  # two calls so far
     betas = []
     for _ in range(4):
         betas.append(buffer.current_beta())

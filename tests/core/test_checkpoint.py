@@ -18,7 +18,7 @@ def run(buf, steps, start):
     for step in range(start, start + steps):
         buf.add({"input_ids": rng.integers(0, 100, (16, 8)), "y": rng.random(16).astype(np.float32)})
         s = buf.sample(16)
-        buf.update(s.ids, loss=rng.random(16))
+        buf.feedback(s.ids, loss=rng.random(16))
         out.append((s.ids.copy(), s.probabilities.copy(), s.weights.copy(), s.data["input_ids"].copy()))
     return out
 

@@ -53,7 +53,7 @@ def test_push_snapshots_tensors_and_checks_ids():
     torch = pytest.importorskip("torch")
     buffer = ReplayBuffer(16, strategy=by_name("loss"), seed=0)
     ids = buffer.add({"x": np.zeros((8, 1))})
-    deferred = DeferredFeedback(buffer.update)
+    deferred = DeferredFeedback(buffer.feedback)
     loss = torch.full((8,), 2.0)
     deferred.push(torch.as_tensor(ids), loss=loss)
     loss.fill_(5.0)  # the caller reuses its tensor before the flush
@@ -68,7 +68,7 @@ def test_push_snapshots_tensors_and_checks_ids():
 def test_a_refused_call_keeps_the_earlier_ones_applied():
     buffer = ReplayBuffer(16, strategy=by_name("loss"), seed=0)
     ids = buffer.add({"x": np.zeros((8, 1))})
-    deferred = DeferredFeedback(buffer.update)
+    deferred = DeferredFeedback(buffer.feedback)
     deferred.push(ids[:4], loss=np.full(4, 3.0))
     deferred.push(ids[4:], loss=np.full(4, -1.0))
     with pytest.raises(ValueError, match="loss"):

@@ -45,8 +45,8 @@ class Target:
             order = np.argsort(batch.indices)
             self.handle = batch.indices[order]
 
-    def update(self, **feedback):
-        return self.obj.update(self.handle, **feedback)
+    def feedback(self, **feedback):
+        return self.obj.feedback(self.handle, **feedback)
 
     def weights(self):
         return self.obj.weights[self.handle] if self.kind == "sampler" else self.obj.weights.copy()
@@ -61,7 +61,7 @@ KINDS = ["buffer", "sampler"]
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_user_update_reads_a_keyword_of_its_own(kind):
     target = Target(kind, MarginUpdate())
-    assert target.update(margin=np.array([0.0, 0.5, 1.5, 9.5])) == 4
+    assert target.feedback(margin=np.array([0.0, 0.5, 1.5, 9.5])) == 4
     np.testing.assert_allclose(target.weights(), [2.0, 1.0, 0.5, 0.1])
 
 
@@ -69,7 +69,7 @@ def test_a_user_update_reads_a_keyword_of_its_own(kind):
 def test_a_user_update_derives_its_values_from_an_array_keyword(kind):
     target = Target(kind, UncertaintyUpdate())
     probs = np.array([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8], [1.0, 0.0]])
-    assert target.update(probs=probs) == 4
+    assert target.feedback(probs=probs) == 4
     np.testing.assert_allclose(target.weights(), [0.5, 0.1, 0.2, 1e-6])  # 0 is raised to the default floor
 
 
@@ -88,7 +88,7 @@ def test_bad_feedback_for_a_user_update_is_refused_and_changes_nothing(kind, upd
     target = Target(kind, update)
     before = target.state()
     with pytest.raises(error, match=message):
-        target.update(**feedback)
+        target.feedback(**feedback)
     assert_state_equal(target.state(), before)
 
 
@@ -96,10 +96,10 @@ def test_no_replay_accepts_the_signal_of_every_built_in_update_and_no_other():
     buf = ReplayBuffer(4, strategy=NoReplay(), seed=0)
     ids = buf.add({"x": np.zeros((4, 1))})
     for key in ("loss", "grad_norm", "grad_bound", "weight"):
-        assert buf.update(ids, **{key: np.ones(4)}) == 0
-    assert buf.update(ids, logits=np.zeros((4, 3)), targets=np.zeros((4, 3))) == 0
+        assert buf.feedback(ids, **{key: np.ones(4)}) == 0
+    assert buf.feedback(ids, logits=np.zeros((4, 3)), targets=np.zeros((4, 3))) == 0
     with pytest.raises(TypeError, match=r"'margin' for NoFeedback; accepted: \['loss', 'grad_norm', 'grad_bound', "
                                         r"'weight', 'logits', 'targets', 'mask'\]"):
-        buf.update(ids, margin=np.ones(4))
+        buf.feedback(ids, margin=np.ones(4))
     with pytest.raises(ValueError, match=r"grad_norm\[0\] = -1"):  # accepted, so checked, though never read
-        buf.update(ids, grad_norm=-np.ones(4))
+        buf.feedback(ids, grad_norm=-np.ones(4))

@@ -62,7 +62,7 @@ def run(strategy, key, steps=40, capacity=24, seed=7):
         s = buf.sample(int(rng.integers(1, 16)))
         feedback = rng.uniform(0.0, 2.0, len(s.ids))
         feedback[rng.random(len(s.ids)) < 0.2] = 0.0
-        changed = buf.update(s.ids, **{key: feedback})
+        changed = buf.feedback(s.ids, **{key: feedback})
         trace.append((ids, s.ids, s.probabilities, s.weights, s.data["x"], changed))
     return buf, trace
 
@@ -122,7 +122,7 @@ def test_an_update_that_transforms_its_feedback_is_not_bypassed():
 
     buf = ReplayBuffer(4, strategy=Strategy(MeanWeight(), SquaredLoss(), FIFO()), seed=0)
     ids = buf.add({"x": np.zeros((4, 1))})
-    buf.update(ids, loss=np.array([1.0, 2.0, 3.0, 0.5]))
+    buf.feedback(ids, loss=np.array([1.0, 2.0, 3.0, 0.5]))
     np.testing.assert_allclose(buf.weights, [1.0, 4.0, 9.0, 0.25])
     counting = CountingLossDifference()
     buf = ReplayBuffer(4, strategy=Strategy(MeanWeight(), counting, FIFO()), seed=0)
@@ -189,7 +189,7 @@ def run_feedback(buf, key, rounds):
             feedback[pick % len(ids)] = bad_value
         before = copy.deepcopy(buf.state_dict())
         try:
-            trace.append((sample.ids, sample.probabilities, sample.weights, buf.update(ids, **{key: feedback})))
+            trace.append((sample.ids, sample.probabilities, sample.weights, buf.feedback(ids, **{key: feedback})))
         except ValueError as error:
             trace.append(str(error))
             assert_state_equal(buf.state_dict(), before)  # a refused update writes nothing
@@ -229,7 +229,7 @@ def test_grad_bound_from_logits_takes_the_fused_step_with_the_same_result():
         ids = [buf.sample(6).ids for buf in bufs]
         np.testing.assert_array_equal(ids[0], ids[1])
         logits, targets = rng.normal(size=(6, 4, 5)), rng.integers(0, 5, (6, 4))
-        changed = [buf.update(i, logits=logits, targets=targets) for buf, i in zip(bufs, ids)]
+        changed = [buf.feedback(i, logits=logits, targets=targets) for buf, i in zip(bufs, ids)]
         assert changed[0] == changed[1] > 0
     assert_state_equal(bufs[0].state_dict(), bufs[1].state_dict())
 
@@ -251,7 +251,7 @@ def test_a_user_part_without_any_kernel_still_works():
     init = Counting()
     buf = ReplayBuffer(4, strategy=Strategy(init, HalfLoss(), PythonFIFO()), seed=0)
     ids = buf.add({"x": np.zeros((4, 1))})
-    assert buf.update(ids, loss=np.array([1.0, 0.05, 0.4, 2.0])) == 3
+    assert buf.feedback(ids, loss=np.array([1.0, 0.05, 0.4, 2.0])) == 3
     np.testing.assert_allclose(buf.weights, [0.5, 1.0, 0.2, 1.0])
     assert (init.observed, init.refreshed) == (3, 1)
     buf.add({"x": np.ones((2, 1))})

@@ -29,7 +29,7 @@ def trace(name: str) -> tuple[str, float, float]:
         buf.add({"input_ids": rng.integers(0, 40, (16, 6))})
         s = buf.sample(16)
         ids_seen.append(s.ids.copy())
-        buf.update(s.ids, **{key: rng.uniform(0.0, 2.0, 16)})
+        buf.feedback(s.ids, **{key: rng.uniform(0.0, 2.0, 16)})
         weights_sum += float(s.weights.sum()) + float(s.probabilities.sum())
     digest = hashlib.sha256(np.concatenate(ids_seen).astype(np.int64).tobytes()).hexdigest()[:16]
     return digest, weights_sum, float(buf.weights.sum())

@@ -14,7 +14,7 @@ def warmed_up(weights, batch_size=8, **kw):
     """A sampler past its warm-up pass whose weights were fed back as losses."""
     sampler = PrioritizedSampler(len(weights), batch_size, **kw)
     for batch in sampler:
-        sampler.update(batch, loss=weights[batch.indices])
+        sampler.feedback(batch, loss=weights[batch.indices])
     assert sampler.epoch == 1
     return sampler
 
@@ -79,7 +79,7 @@ def test_weights_follow_feedback_with_last_duplicate_winning_and_the_floor(data)
     for _ in range(data.draw(st.integers(1, 5))):
         idx = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=2 * n)))
         vals = np.array(data.draw(st.lists(st.floats(0, 10), min_size=len(idx), max_size=len(idx))))
-        sampler.update(idx, weight=vals)
+        sampler.feedback(idx, weight=vals)
         for i, v in zip(idx, vals):
             reference[i] = v
         np.testing.assert_array_equal(sampler.weights, np.maximum(reference, floor))
@@ -96,7 +96,7 @@ def test_zero_loss_never_makes_an_example_unreachable():
 def test_examples_without_feedback_get_the_mean_measured_weight_at_epoch_end():
     sampler = PrioritizedSampler(6, 3, seed=0)
     first = sampler.next_batch()
-    sampler.update(first, loss=np.array([1.0, 2.0, 6.0]))
+    sampler.feedback(first, loss=np.array([1.0, 2.0, 6.0]))
     sampler.next_batch()  # no feedback for this one: the epoch ends
     untouched = np.setdiff1d(np.arange(6), first.indices)
     np.testing.assert_allclose(sampler.weights[untouched], 3.0)
@@ -106,47 +106,47 @@ def test_stale_epoch_feedback_is_skipped_and_counted():
     sampler = PrioritizedSampler(4, 4, seed=0, update=SetWeight())
     old = sampler.next_batch()  # epoch 0, every index
     new = sampler.next_batch()  # epoch 1
-    sampler.update(new, weight=np.full(4, 2.0))
-    assert sampler.update(old, weight=np.full(4, 9.0)) == 0  # drawn again since: stale
+    sampler.feedback(new, weight=np.full(4, 2.0))
+    assert sampler.feedback(old, weight=np.full(4, 9.0)) == 0  # drawn again since: stale
     assert sampler.stats()["stale_feedback"] == 4
     assert sampler.weights[new.indices].tolist() == [2.0] * 4
-    sampler.update(old.indices, weight=np.full(4, 5.0))  # plain indices carry no epoch: applied
+    sampler.feedback(old.indices, weight=np.full(4, 5.0))  # plain indices carry no epoch: applied
     assert sampler.weights.tolist() == [5.0] * 4
 
 
 def test_loss_difference_and_grad_bound_updates_run_through_the_sampler():
     sampler = PrioritizedSampler(4, 4, seed=0, update=LossDifference())
     batch = sampler.next_batch()
-    assert sampler.update(batch, loss=np.array([1.0, 1.0, 1.0, 1.0])) == 0  # first visit: loss remembered
-    assert sampler.update(batch.indices, loss=np.array([0.5, 1.0, 3.0, 1.0])) == 4
+    assert sampler.feedback(batch, loss=np.array([1.0, 1.0, 1.0, 1.0])) == 0  # first visit: loss remembered
+    assert sampler.feedback(batch.indices, loss=np.array([0.5, 1.0, 3.0, 1.0])) == 4
     np.testing.assert_allclose(sampler.weights[batch.indices], [0.5, 1e-6, 2.0, 1e-6])
     bound = PrioritizedSampler(3, 3, seed=0, update=GradBound())
     batch = bound.next_batch()
     logits, targets = np.zeros((3, 2)), np.array([0, 1, 0])
-    bound.update(batch, logits=logits, targets=targets)
+    bound.feedback(batch, logits=logits, targets=targets)
     np.testing.assert_allclose(bound.weights[batch.indices], np.sqrt(0.5))
 
 
 def test_max_weight_initializer_learns_from_feedback():
     sampler = PrioritizedSampler(4, 2, seed=0, init=MaxWeight())
     batch = sampler.next_batch()
-    sampler.update(batch, loss=np.array([3.0, 7.0]))
+    sampler.feedback(batch, loss=np.array([3.0, 7.0]))
     sampler.next_batch()  # epoch end: the two unmeasured examples get the largest weight seen
     rest = np.setdiff1d(np.arange(4), batch.indices)
     np.testing.assert_array_equal(sampler.weights[rest], 7.0)
 
 
 BAD_UPDATES = [
-    (lambda s, b: s.update(b, loss=np.array([np.nan, 1, 1])), ValueError, r"loss\[0\] = nan"),
-    (lambda s, b: s.update(b, loss=np.array([1, -2.0, 1])), ValueError, r"loss\[1\] = -2"),
-    (lambda s, b: s.update(b, loss=np.ones(2)), ValueError, r"loss must have shape \(3,\)"),
-    (lambda s, b: s.update(np.array([b.indices[0], 12]), loss=np.ones(2)), ValueError, r"indices\[1\] = 12"),
-    (lambda s, b: s.update(np.array([-1]), loss=np.ones(1)), ValueError, r"indices\[0\] = -1"),
-    (lambda s, b: s.update(np.array([0.5]), loss=np.ones(1)), ValueError, "indices must be a non-empty 1-D integer"),
-    (lambda s, b: s.update(b, lost=np.ones(3)), TypeError,
+    (lambda s, b: s.feedback(b, loss=np.array([np.nan, 1, 1])), ValueError, r"loss\[0\] = nan"),
+    (lambda s, b: s.feedback(b, loss=np.array([1, -2.0, 1])), ValueError, r"loss\[1\] = -2"),
+    (lambda s, b: s.feedback(b, loss=np.ones(2)), ValueError, r"loss must have shape \(3,\)"),
+    (lambda s, b: s.feedback(np.array([b.indices[0], 12]), loss=np.ones(2)), ValueError, r"indices\[1\] = 12"),
+    (lambda s, b: s.feedback(np.array([-1]), loss=np.ones(1)), ValueError, r"indices\[0\] = -1"),
+    (lambda s, b: s.feedback(np.array([0.5]), loss=np.ones(1)), ValueError, "indices must be a non-empty 1-D integer"),
+    (lambda s, b: s.feedback(b, lost=np.ones(3)), TypeError,
      r"unknown feedback keyword 'lost' for LossDifference; accepted: \['loss'\]"),
-    (lambda s, b: s.update(b, grad_norm=np.ones(3)), TypeError, r"'grad_norm' for LossDifference; accepted: \['loss'\]"),
-    (lambda s, b: s.update(b), TypeError, "needs the keyword 'loss'"),
+    (lambda s, b: s.feedback(b, grad_norm=np.ones(3)), TypeError, r"'grad_norm' for LossDifference; accepted: \['loss'\]"),
+    (lambda s, b: s.feedback(b), TypeError, "needs the keyword 'loss'"),
 ]
 
 
@@ -154,7 +154,7 @@ BAD_UPDATES = [
 def test_bad_feedback_raises_naming_the_argument_and_changes_nothing(call, error, message):
     sampler = PrioritizedSampler(12, 3, seed=0, update=LossDifference())
     batch = sampler.next_batch()
-    sampler.update(batch, loss=np.ones(3))
+    sampler.feedback(batch, loss=np.ones(3))
     before = sampler.state_dict()
     with pytest.raises(error, match=message):
         call(sampler, batch)
@@ -167,7 +167,7 @@ def test_feedback_for_an_index_never_handed_out_is_refused():
     never = np.setdiff1d(np.arange(12), batch.indices)[0]
     before = sampler.state_dict()
     with pytest.raises(ValueError, match=rf"indices\[1\] = {never} was never handed out"):
-        sampler.update(np.array([batch.indices[0], never]), loss=np.ones(2))
+        sampler.feedback(np.array([batch.indices[0], never]), loss=np.ones(2))
     assert_state_equal(sampler.state_dict(), before)
 
 
@@ -193,7 +193,7 @@ def feedback_run(sampler, steps, start=0):
     for step in range(start, start + steps):
         batch = sampler.next_batch()
         out.append(batch)
-        sampler.update(batch, loss=np.sin(batch.indices * 0.7 + step) + 1.0)
+        sampler.feedback(batch, loss=np.sin(batch.indices * 0.7 + step) + 1.0)
     return out
 
 
@@ -245,7 +245,7 @@ def test_feature_based_initializer_rescores_examples_without_feedback():
     sampler = PrioritizedSampler(12, 4, init=LinUCB(), features=features, seed=0)
     batch = sampler.next_batch()
     before = sampler.weights.copy()
-    sampler.update(batch, loss=np.array([1.0, 2.0, 3.0, 4.0]))
+    sampler.feedback(batch, loss=np.array([1.0, 2.0, 3.0, 4.0]))
     rest = np.setdiff1d(np.arange(12), batch.indices)
     np.testing.assert_allclose(sampler.weights[rest], sampler.init.scores(features[rest]))  # re-scored
     assert not np.allclose(sampler.weights[rest], before[rest])

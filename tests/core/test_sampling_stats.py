@@ -13,7 +13,7 @@ def filled_buffer(alpha, sampling, seed=0, n=1000, beta=None):
     ids = buf.add({"x": np.arange(n)})
     weights = np.random.default_rng(seed).uniform(0.01, 1.0, n)
     weights[::97] = 0.0  # some examples must never be drawn
-    buf.update(ids, weight=weights)
+    buf.feedback(ids, weight=weights)
     return buf, weights
 
 
@@ -46,7 +46,7 @@ def test_reported_probabilities_and_importance_weights():
 def test_all_zero_weights_fall_back_to_uniform():
     buf = ReplayBuffer(50, seed=1, strategy=Strategy(MeanWeight(), SetWeight(), EvictLowest()))
     ids = buf.add({"x": np.arange(50)})
-    buf.update(ids, weight=np.zeros(50))
+    buf.feedback(ids, weight=np.zeros(50))
     counts = np.bincount(np.concatenate([buf.sample(100).data["x"] for _ in range(400)]), minlength=50)
     assert stats.chisquare(counts).pvalue > 1e-3
 
@@ -59,7 +59,7 @@ def test_float32_tree_frequencies_match_at_large_n():
     ids = buf.add({"x": np.arange(n)})
     weights = np.where(np.arange(n) < n // 2, 1.0, 3.0)  # two blocks: a quarter and three quarters of the mass
     weights[::1000] = 0.0
-    buf.update(ids, weight=weights)
+    buf.feedback(ids, weight=weights)
     drawn = np.concatenate([buf.sample(4096).data["x"] for _ in range(50)])
     assert (weights[drawn] > 0).all()
     high = (drawn >= n // 2).sum()

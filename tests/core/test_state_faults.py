@@ -37,7 +37,7 @@ def filled_buffer(name: str = "loss_diff", capacity: int = 64, seed: int = 0) ->
     for _ in range(6):
         buffer.add({"input_ids": rng.integers(0, 50, (20, 5)), "x": rng.normal(size=(20, 3)).astype(np.float32)})
         sample = buffer.sample(16)
-        buffer.update(sample.ids, **{key: rng.random(16)})
+        buffer.feedback(sample.ids, **{key: rng.random(16)})
     return buffer
 
 
@@ -53,7 +53,7 @@ def assert_usable(buffer: ReplayBuffer) -> None:
     sample = buffer.sample(8)
     assert ((sample.ids % buffer.capacity) < len(buffer)).all()
     key = buffer.strategy.update.feedback_key or "loss"
-    buffer.update(sample.ids, **{key: np.ones(8)})
+    buffer.feedback(sample.ids, **{key: np.ones(8)})
     live = buffer.weights[: len(buffer)]
     np.testing.assert_allclose(buffer.tree.total, (live ** buffer.alpha).sum(), rtol=1e-9)
     batch = buffer.storage.gather(np.arange(4))
@@ -180,8 +180,8 @@ def test_a_strategy_part_that_refuses_rolls_back_the_parts_already_loaded():
     strategy = Strategy(Fussy(), LossDifference(), EvictLowest())
     buffer = ReplayBuffer(32, strategy=strategy, seed=0)
     buffer.add({"x": np.zeros((40, 1))[:32]})
-    buffer.update(buffer.sample(8).ids, loss=np.ones(8))
-    buffer.update(buffer.sample(8).ids, loss=np.full(8, 2.0))
+    buffer.feedback(buffer.sample(8).ids, loss=np.ones(8))
+    buffer.feedback(buffer.sample(8).ids, loss=np.full(8, 2.0))
     state = buffer.state_dict()
     state["strategy"]["init"]["counter"] = 3
     before = buffer.state_dict()
@@ -194,7 +194,7 @@ def test_sampler_weights_of_length_ten_are_refused_and_the_rng_kept():
     sampler = PrioritizedSampler(100, 10, seed=0, warmup_epochs=1)
     for _ in range(12):
         batch = sampler.next_batch()
-        sampler.update(batch, loss=np.random.default_rng(0).random(len(batch)))
+        sampler.feedback(batch, loss=np.random.default_rng(0).random(len(batch)))
     state = sampler.state_dict()
     state["weights"] = state["weights"][:10]
     assert_refused_unchanged(sampler, state, "weights")
@@ -340,12 +340,12 @@ def test_random_sampler_field_edits_are_refused_unchanged_or_accepted(pick, how,
     rng = np.random.default_rng(pick % 7)
     for _ in range(10):
         batch = sampler.next_batch()
-        sampler.update(batch, loss=rng.random(len(batch)))
+        sampler.feedback(batch, loss=rng.random(len(batch)))
     if _load_damaged(sampler, pick, how, delete):
         for _ in range(3):
             batch = sampler.next_batch()
             assert ((batch.indices >= 0) & (batch.indices < 60)).all()
-            sampler.update(batch, loss=np.ones(len(batch)))
+            sampler.feedback(batch, loss=np.ones(len(batch)))
 
 
 # ---------------------------------------------------------------- files: bytes, kills, full disks

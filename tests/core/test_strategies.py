@@ -15,28 +15,28 @@ def tokens(n, start=0, width=2):
 def test_loss_difference_waits_for_the_second_visit():
     buf = ReplayBuffer(4, strategy=Strategy(MeanWeight(), LossDifference(), EvictLowest()))
     ids = buf.add(tokens(4))
-    assert buf.update(ids[:2], loss=np.array([0.9, 0.5])) == 0  # first visit: remember, keep weight 1.0
+    assert buf.feedback(ids[:2], loss=np.array([0.9, 0.5])) == 0  # first visit: remember, keep weight 1.0
     np.testing.assert_array_equal(buf.weights, [1, 1, 1, 1])
-    assert buf.update(ids[:2], loss=np.array([0.6, 0.7])) == 2  # second visit: |0.9-0.6|, |0.5-0.7|
+    assert buf.feedback(ids[:2], loss=np.array([0.6, 0.7])) == 2  # second visit: |0.9-0.6|, |0.5-0.7|
     np.testing.assert_allclose(buf.weights, [0.3, 0.2, 1, 1])
-    buf.update(ids[:1], loss=np.array([0.6]))  # no change in loss -> the floor, never 0
+    buf.feedback(ids[:1], loss=np.array([0.6]))  # no change in loss -> the floor, never 0
     assert buf.weights[0] == 1e-6
 
 
 def test_loss_difference_decrease_mode_and_reset_on_eviction():
     buf = ReplayBuffer(2, strategy=Strategy(MeanWeight(), LossDifference(mode="decrease", floor=0.01), FIFO()))
     ids = buf.add(tokens(2))
-    buf.update(ids, loss=np.array([0.5, 0.5]))
-    buf.update(ids, loss=np.array([0.2, 0.9]))  # a decrease of 0.3; an increase counts as no progress
+    buf.feedback(ids, loss=np.array([0.5, 0.5]))
+    buf.feedback(ids, loss=np.array([0.2, 0.9]))  # a decrease of 0.3; an increase counts as no progress
     np.testing.assert_allclose(buf.weights, [0.3, 0.01])
     new = buf.add(tokens(1, 10))  # FIFO refills slot 0: its remembered loss must be forgotten
-    assert buf.update(new, loss=np.array([0.1])) == 0
+    assert buf.feedback(new, loss=np.array([0.1])) == 0
 
 
 def test_mean_weight_initializer_uses_current_mean():
     buf = ReplayBuffer(10, strategy=Strategy(MeanWeight(), SetWeight(), EvictLowest()))
     ids = buf.add(tokens(3))
-    buf.update(ids, weight=np.array([1.0, 2.0, 6.0]))
+    buf.feedback(ids, weight=np.array([1.0, 2.0, 6.0]))
     buf.add(tokens(2, 3))
     np.testing.assert_allclose(buf.weights[:5], [1, 2, 6, 3, 3])
 
@@ -44,7 +44,7 @@ def test_mean_weight_initializer_uses_current_mean():
 def test_max_weight_initializer_applies_alpha_once():
     buf = ReplayBuffer(10, alpha=0.5, strategy=Strategy(MaxWeight(), SetWeight(), FIFO()))
     ids = buf.add(tokens(2))
-    buf.update(ids, weight=np.array([4.0, 9.0]))
+    buf.feedback(ids, weight=np.array([4.0, 9.0]))
     buf.add(tokens(1, 2))
     assert buf.weights[2] == 9.0 and buf.tree.get(np.array([2]))[0] == 3.0
 
@@ -53,7 +53,7 @@ def test_value_updates_use_their_feedback():
     for update, key in ((LossValue(), "loss"), (GradNorm(), "grad_norm"), (GradBound(), "grad_bound")):
         buf = ReplayBuffer(3, strategy=Strategy(MeanWeight(), update, EvictLowest()))
         ids = buf.add(tokens(3))
-        buf.update(ids, **{key: np.array([0.5, 0.0, 2.0])})
+        buf.feedback(ids, **{key: np.array([0.5, 0.0, 2.0])})
         np.testing.assert_allclose(buf.weights, [0.5, 1e-6, 2.0])
 
 
@@ -67,7 +67,7 @@ def test_grad_bound_from_sigmoid_logits_matches_autograd_by_hand():
     np.testing.assert_allclose(grad_bound_sigmoid(z, y, mask), want)
     buf = ReplayBuffer(2, strategy=Strategy(MeanWeight(), GradBound(), EvictLowest()))
     ids = buf.add(tokens(2))
-    buf.update(ids, logits=z, targets=y, mask=mask)
+    buf.feedback(ids, logits=z, targets=y, mask=mask)
     np.testing.assert_allclose(buf.weights, want)
 
 
@@ -87,7 +87,7 @@ def test_evict_lowest_and_fifo_choose_different_victims():
     for evict, victim in ((EvictLowest(), 1), (FIFO(), 0)):
         buf = ReplayBuffer(3, strategy=Strategy(MeanWeight(), SetWeight(), evict))
         ids = buf.add(tokens(3))
-        buf.update(ids, weight=np.array([2.0, 0.5, 3.0]))
+        buf.feedback(ids, weight=np.array([2.0, 0.5, 3.0]))
         assert buf.add(tokens(1, 5))[0] % 3 == victim
 
 
@@ -96,7 +96,7 @@ def test_least_squares_fits_known_linear_weights():
     buf = ReplayBuffer(20, strategy=Strategy(LeastSquares(), SetWeight(), EvictLowest()))
     x = np.random.default_rng(0).integers(1, 50, size=(10, 2))
     ids = buf.add({"input_ids": x})
-    buf.update(ids, weight=x @ theta)
+    buf.feedback(ids, weight=x @ theta)
     new = np.array([[4, 8], [10, 2]])
     buf.add({"input_ids": new})
     np.testing.assert_allclose(buf.weights[10:12], new @ theta, rtol=1e-9)
@@ -110,7 +110,7 @@ def test_linucb_learns_linear_rewards_and_refreshes_unsampled():
     x = rng.integers(1, 20, size=(20, 2))
     ids = buf.add({"input_ids": x})
     pending = buf.add({"input_ids": np.array([[3, 3]])})  # never sampled: LinUCB keeps re-scoring it
-    buf.update(ids, weight=x @ theta)
+    buf.feedback(ids, weight=x @ theta)
     # ridge (A = I + X^T X) solution, close to theta after 20 exact rewards
     assert buf.weights[20] == pytest.approx(9.0, rel=1e-2)
     a = np.eye(2) + x.T @ x
@@ -130,7 +130,7 @@ def test_no_replay_returns_exactly_the_latest_add():
         s = buf.sample(4)
         np.testing.assert_array_equal(s.ids, ids)
         np.testing.assert_array_equal(s.data["input_ids"][:, 0], np.arange(start, start + 4))
-        assert buf.update(s.ids, loss=np.ones(4)) == 0
+        assert buf.feedback(s.ids, loss=np.ones(4)) == 0
     with pytest.raises(ValueError, match="latest add"):
         buf.sample(5)
 

@@ -49,7 +49,7 @@ def run(limiter=None, samples=30000):
                         buf = shared.buffer
                         expect = int((buf.slot_serial[ids % CAPACITY] != ids // CAPACITY).sum())
                         before = buf.counters["stale_feedback"]
-                        shared.update(ids, loss=rng.random(K))
+                        shared.feedback(ids, loss=rng.random(K))
                         assert buf.counters["stale_feedback"] - before == expect
                         stale_expected[0] += expect
         except BaseException as exc:  # noqa: BLE001

@@ -77,13 +77,13 @@ def hf_trainer(out: Path) -> dict:
     sampler = PrioritizedSampler(HF_EXAMPLES, batch_size=HF_BATCH, beta=0.5, uniform_fraction=0.1, seed=0)
     trainer = observed(PrioritizedTrainer, seen)(model=model, args=args, train_dataset=IndexedTexts(HF_EXAMPLES),
                                                  sampler=sampler)
-    update = trainer.batch_sampler.update
+    original = trainer.batch_sampler.feedback
 
-    def observed_update(batch, **feedback):
+    def observed_feedback(batch, **feedback):
         fed.append(np.asarray(batch.indices).tolist())
-        return update(batch, **feedback)
+        return original(batch, **feedback)
 
-    trainer.batch_sampler.update = observed_update
+    trainer.batch_sampler.feedback = observed_feedback
     trainer.train()
     return {"seen": seen, "fed": fed, "weights": sampler.weights.tolist(), "visits": sampler.visits.tolist()}
 
@@ -249,11 +249,11 @@ def ragged() -> dict:
     shared = DistributedPrioritizedSampler(sc.make_sampler())
     batch = shared.next_batch()
     if rank == 0:
-        shared.update(batch, loss=sc.loss_of(batch.indices, batch.epoch))
+        shared.feedback(batch, loss=sc.loss_of(batch.indices, batch.epoch))
     else:
-        shared.update(batch.whole.indices, loss=sc.loss_of(batch.whole.indices, batch.epoch))
+        shared.feedback(batch.whole.indices, loss=sc.loss_of(batch.whole.indices, batch.epoch))
     batch = shared.next_batch()
-    shared.update(batch if rank == 0 else None, **({"loss": sc.loss_of(batch.indices, batch.epoch)}
+    shared.feedback(batch if rank == 0 else None, **({"loss": sc.loss_of(batch.indices, batch.epoch)}
                                                    if rank == 0 else {}))
     return {"digest": state_digest(shared.state_dict()), "gathers": shared.counters["feedback_gathers"],
             "bytes": shared.counters["gathered_bytes"], "width": shared.gather_width}
@@ -288,15 +288,15 @@ def bad_input(out: Path) -> dict:
     loss = sc.loss_of(batch.indices, batch.epoch)
     bad = loss.copy()
     bad[0] = np.nan if rank == 1 else bad[0]
-    errors["nan_on_rank_1"] = error_of(lambda: shared.update(batch, loss=bad))
+    errors["nan_on_rank_1"] = error_of(lambda: shared.feedback(batch, loss=bad))
     errors["unchanged_after_rejection"] = state_digest(shared.state_dict()) == before
-    errors["good_update_after_rejection"] = error_of(lambda: shared.update(batch, loss=loss))
+    errors["good_update_after_rejection"] = error_of(lambda: shared.feedback(batch, loss=loss))
     overlapped = Shared(sc.make_sampler(), overlap=True)
     drawn = overlapped.next_batch()
-    errors["overlap_nan_on_rank_1"] = error_of(lambda: (overlapped.update(drawn, loss=bad), overlapped.next_batch()))
+    errors["overlap_nan_on_rank_1"] = error_of(lambda: (overlapped.feedback(drawn, loss=bad), overlapped.next_batch()))
     if rank == 1:
         shared.next_batch()  # rank 1 runs ahead by one draw
-    errors["diverged"] = error_of(lambda: shared.update(batch, loss=loss))
+    errors["diverged"] = error_of(lambda: shared.feedback(batch, loss=loss))
     errors["save_differs"] = error_of(lambda: save_shared_state(shared.state_dict(), out / "differs.npz"))
     errors["save_differs_wrote"] = (out / "differs.npz").exists()
     return errors

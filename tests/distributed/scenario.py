@@ -44,14 +44,14 @@ def drive(sampler: Any, steps: int) -> list[dict]:
     out = []
     for _ in range(steps):
         batch = sampler.next_batch()
-        sampler.update(batch, loss=loss_of(batch.indices, batch.epoch))
+        sampler.feedback(batch, loss=loss_of(batch.indices, batch.epoch))
         out.append(record(batch))
     return out
 
 
 def feed_back(batches: Any, info: Any) -> dict:
     """One training step's feedback: the loss of each index, through the batch sampler's `update`."""
-    batches.update(info, loss=loss_of(info.indices, info.epoch))
+    batches.feedback(info, loss=loss_of(info.indices, info.epoch))
     return record(info)
 
 

@@ -82,7 +82,7 @@ class Reference:
             chosen = selector.choose(scores[positions], whole.indices[positions], whole.weights[positions],
                                      short_batch=len(whole) < CANDIDATES)
             records.append(record(_Slice(whole, positions), positions, chosen))
-        self.sampler.update(whole, loss=np.maximum(scores, 0.0))
+        self.sampler.feedback(whole, loss=np.maximum(scores, 0.0))
         self.count += 1
         return records
 

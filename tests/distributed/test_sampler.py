@@ -65,11 +65,11 @@ def test_ragged_feedback_is_applied_in_one_order_on_every_rank(torchrun_reports)
     share = [0, 2, 4, 6]     # then rank 1's plain indices (the whole first batch), then rank 0's share alone
     for plain in (True, False):
         whole = one.next_batch()
-        part = SampledBatch(whole.indices[share], whole.weights[share], whole.probabilities[share], whole.epoch,
+        part = SampledBatch(whole.indices[share], whole.probabilities[share], whole.weights[share], whole.epoch,
                             whole.step)
-        one.update(part, loss=sc.loss_of(part.indices, part.epoch))
+        one.feedback(part, loss=sc.loss_of(part.indices, part.epoch))
         if plain:
-            one.update(whole.indices, loss=sc.loss_of(whole.indices, whole.epoch))
+            one.feedback(whole.indices, loss=sc.loss_of(whole.indices, whole.epoch))
     reports = [report["core"]["ragged"] for report in torchrun_reports]
     assert reports[0] == reports[1] and reports[0]["digest"] == state_digest(one.state_dict())
     narrow = 8 * 2 * (1 + 11 + 3 * sc.B // 2)  # two ranks' rows of header + positions, indices, values

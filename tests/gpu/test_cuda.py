@@ -42,7 +42,7 @@ def test_cuda_storage_keeps_examples_on_the_device(name):
         if not reads_features:
             assert not moves, f"examples left the device: {dict(moves)}"
         values = torch.rand(32, device=CUDA) + 0.01
-        buffer.update(sample.ids, **{FEEDBACK_KEY.get(name, "loss"): values})
+        buffer.feedback(sample.ids, **{FEEDBACK_KEY.get(name, "loss"): values})
     assert buffer.storage.fields["input_ids"].device.type == "cuda"
 
 
@@ -91,7 +91,7 @@ def test_batch_sampler_with_pinned_memory_feeds_cuda():
             x = x.to(CUDA, non_blocking=True)
             info = batches.next_batch_info()
             np.testing.assert_array_equal(info.indices, index.numpy())
-            batches.update(info, loss=(x[:, 0] / n + 0.01))
+            batches.feedback(info, loss=(x[:, 0] / n + 0.01))
     assert batches.sampler.measured.all()
 
 

@@ -46,7 +46,7 @@ def reference(items, shards=1):
     for item in items:
         batch, weight = produced(item)
         buffer = buffers[item % shards]
-        buffer.update(buffer.add(batch), weight=weight)
+        buffer.feedback(buffer.add(batch), weight=weight)
     return buffers
 
 

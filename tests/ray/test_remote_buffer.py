@@ -33,7 +33,7 @@ def steps(buffer, name, seed=0, rounds=6):
             feedback = {"grad_bound": rng.random(8)}
         else:
             feedback = {key or "loss": rng.random(8) + 0.01}
-        out.append(buffer.update(sample.ids, **feedback))
+        out.append(buffer.feedback(sample.ids, **feedback))
     return out
 
 
@@ -56,10 +56,10 @@ def test_actor_buffer_gives_the_in_process_results(ray_cluster, name):
 
 def bad_calls(ids):
     return [
-        ("nan feedback", lambda b: b.update(ids, loss=np.array([1.0, np.nan, 1.0]))),
-        ("negative feedback", lambda b: b.update(ids, loss=np.array([1.0, -1.0, 1.0]))),
-        ("unknown keyword", lambda b: b.update(ids, lose=np.ones(3))),
-        ("never issued", lambda b: b.update(np.array([ids[0], 10 ** 6]), loss=np.ones(2))),
+        ("nan feedback", lambda b: b.feedback(ids, loss=np.array([1.0, np.nan, 1.0]))),
+        ("negative feedback", lambda b: b.feedback(ids, loss=np.array([1.0, -1.0, 1.0]))),
+        ("unknown keyword", lambda b: b.feedback(ids, lose=np.ones(3))),
+        ("never issued", lambda b: b.feedback(np.array([ids[0], 10 ** 6]), loss=np.ones(2))),
         ("wrong field", lambda b: b.add({"y": np.zeros((2, 3))})),
         ("wrong shape", lambda b: b.add({"x": np.zeros((2, 4))})),
         ("empty batch", lambda b: b.add({"x": np.zeros((0, 3))})),

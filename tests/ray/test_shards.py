@@ -26,7 +26,7 @@ def filled(ray_cluster):
     for shard, rows in enumerate((np.arange(0, 10), np.arange(10, 35), np.arange(35, 60))):
         batch = {"key": rows}
         shards.add(batch, weight=weights[rows], shard=shard)
-        single.update(single.add(batch), weight=weights[rows])
+        single.feedback(single.add(batch), weight=weights[rows])
     yield shards, single, weights
     for shard in shards.shards:
         shard.kill()
@@ -65,13 +65,13 @@ def test_update_routes_to_shards_and_a_rejected_one_changes_nothing(filled):
     bad = [dict(weight=np.where(np.arange(16) == 5, np.nan, 1.0)), dict(weight=np.ones(15)), dict(wait=np.ones(16))]
     for feedback in bad:
         with pytest.raises((ValueError, TypeError)):
-            shards.update(sample.ids, **feedback)
+            shards.feedback(sample.ids, **feedback)
     with pytest.raises(ValueError, match="was never issued"):
-        shards.update(np.array([sample.ids[0], 3 * 10 ** 6]), weight=np.ones(2))
+        shards.feedback(np.array([sample.ids[0], 3 * 10 ** 6]), weight=np.ones(2))
     assert_state_equal(before, shards.state_dict())
     # a good update lands on the right examples
     keys = sample.data["key"]
-    assert shards.update(sample.ids, weight=np.full(16, 7.0)) > 0
+    assert shards.feedback(sample.ids, weight=np.full(16, 7.0)) > 0
     states = shards.state_dict()["shards"]
     stored = np.concatenate([states[str(s)]["weights"][:n] for s, n in enumerate((10, 25, 25))])
     assert (stored[keys] == 7.0).all()

@@ -254,7 +254,7 @@ def train(
             if sampler is None:
                 loss = per_example.mean()
             else:
-                sampler.update(drawn, loss=per_example.detach())
+                sampler.feedback(drawn, loss=per_example.detach())
                 loss = (per_example * torch.as_tensor(drawn.weights, dtype=per_example.dtype, device=device)).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -152,11 +152,11 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
 
     bar = progress_bar(enabled=cfg.progress and world.is_main, total=cfg.steps, initial=start_step,
                        desc=cfg.variant, unit="step", dynamic_ncols=True)
+    weighted = cfg.beta is not None  # importance weights in the loss: decided once (the paper uses none)
     run_started = step_started = time.perf_counter()
     try:
         for batch in loader:  # source -> producer (mask + generator + sampling) -> buffer.add -> buffer.sample
-            weights = None if batch.weights is None else torch.as_tensor(batch.weights, dtype=torch.float32,
-                                                                         device=device)
+            weights = torch.as_tensor(batch.weights, dtype=torch.float32, device=device) if weighted else None
             # ---- discriminator on the sampled batch; joint loss L_G + λ·L_D
             with feedback.recording():
                 d = discriminator_losses(discriminator, batch.data, weights, autocast())
@@ -179,11 +179,12 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
             loader.feedback(batch, **signals)
 
             # ---- metrics and checkpoints; a step that logs nothing reads nothing off the device (--log-every)
-            scores = heldout is not None and (batch.step % cfg.heldout_every == 0 or batch.step == cfg.steps)
-            saves = (cfg.checkpoint_every and batch.step % cfg.checkpoint_every == 0) or batch.step == cfg.steps
-            if scores or saves or batch.step % cfg.log_every == 0:
+            step = batch.produced  # one producer call per training step
+            scores = heldout is not None and (step % cfg.heldout_every == 0 or step == cfg.steps)
+            saves = (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps
+            if scores or saves or step % cfg.log_every == 0:
                 seconds = {"data_seconds": stream.last_seconds, "step_seconds": time.perf_counter() - step_started}
-                record = step_record(batch.step, lr, loss, generator_loss, d, batch, feedback.report(signals, d),
+                record = step_record(step, lr, loss, generator_loss, d, batch, feedback.report(signals, d),
                                      total_grad_norm, buffer.stats(), seconds)
                 if scores:  # the replicas are identical, so rank 0 alone scores; the others' None drops out
                     scoring_started = time.perf_counter()
@@ -193,11 +194,11 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
                     record["heldout_seconds"] = time.perf_counter() - scoring_started if world.is_main else None
                 record = world.reduce_record(record)
                 log.write(record)
-                bar.update(batch.step - bar.n)
+                bar.update(step - bar.n)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", G=f"{record['generator_loss']:.2f}",
                                 D=f"{record['discriminator_loss']:.3f}", refresh=False)
             if saves:
-                save_checkpoint(out_dir / "checkpoints", batch.step, cfg, pair, optimizer, scheduler,
+                save_checkpoint(out_dir / "checkpoints", step, cfg, pair, optimizer, scheduler,
                                 loader.state_dict(), world)
                 if world.is_main:
                     prune_checkpoints(out_dir / "checkpoints", cfg.keep_checkpoints)
