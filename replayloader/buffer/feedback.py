@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 def read_feedback(update: WeightUpdate, feedback: Mapping[str, Any], k: int,
                   against: str = "ids") -> tuple[np.ndarray | None, str]:
-    """The values ``update`` reads from a feedback call of k examples, and the keyword that names them in errors.
+    """The values a `WeightUpdate` reads from a feedback call of k examples, and the keyword that names them in errors.
 
     Every keyword must be one the update declares (else a TypeError listing those it accepts). Value keywords
     must have shape (k,); those the update does not return are checked for NaN, inf and negatives here. The

@@ -13,21 +13,21 @@ How the ranks stay bit-identical:
   state): a mismatch raises the same ValueError on every rank instead of a silent drift or a hang.
 - Each step every rank draws the *global* batch (``sampler.batch_size`` = B, divisible by the world size W)
   and keeps its share: positions rank, rank + W, rank + 2W, ... of the batch (strided, like `DistributedSampler`).
-- `update` is a collective: each rank's feedback (positions in the global batch, indices, per-example values,
+- `feedback` is a collective: each rank's feedback (positions in the global batch, indices, per-example values,
   the step and epoch the batch was drawn in) travels in one fixed-size int64 tensor per rank through one
   ``all_gather`` (a second, wider one only when a rank sends more than its share). Every rank then applies the
   same merged feedback in one fixed order: per global step (oldest first), in the order of the global batch, as
   one `PrioritizedSampler.feedback`, which is exactly what one process training on the whole batch would apply;
   feedback without a step (plain index arrays) follows, in rank order. So 2 ranks x B/2 reproduce 1 process
   x B (indices, probabilities, importance weights; tested over epochs including the warm-up).
-- Each `update` also compares every rank's draw count, RNG state and tree mass and raises on every rank if they
+- Each `feedback` call also compares every rank's draw count, RNG state and tree mass and raises on every rank if they
   differ (e.g. DataLoaders with different ``num_workers`` / ``prefetch_factor`` on different ranks).
 
 Warm-up remainder: the last batch of a warm-up pass holds N mod B indices; when that is not a multiple of W,
 it is padded by repeating its first indices (like `DistributedSampler` with ``drop_last=False``), so every rank
 trains the same number of examples; a repeated index's feedback is dropped (its first copy's is applied).
 
-Prefetching: a draw sees the feedback of every `update` that all ranks completed before it. A DataLoader draws
+Prefetching: a draw sees the feedback of every `feedback` call that all ranks completed before it. A DataLoader draws
 ``num_workers x prefetch_factor`` batches ahead (0 with ``num_workers=0``), the same on every rank with the same
 settings: batch k then reflects the feedback of batches up to k - 1 - num_workers x prefetch_factor. With
 ``overlap=True`` an update's gather completes at the next draw, so the draws are the same.
@@ -112,11 +112,11 @@ def _fingerprint(sampler: PrioritizedSampler) -> dict:
 # ----------------------------------------------------------------------------- the sampler
 class DistributedPrioritizedSampler:
     """A `PrioritizedSampler` shared by all ranks of a torch.distributed group: each draws the same global batch
-    and keeps its share; `update` gathers every rank's feedback and applies it everywhere in one order.
+    and keeps its share; `feedback` gathers every rank's feedback and applies it everywhere in one order.
 
     Build the same `PrioritizedSampler` on every rank (same length, options and seed), its ``batch_size`` the
     global batch, then wrap it (a collective: every rank must construct it). Iterate it, or wrap it in
-    `PrioritizedBatchSampler` for a DataLoader, and call `update` once per batch on every rank (a collective).
+    `PrioritizedBatchSampler` for a DataLoader, and call `feedback` once per batch on every rank (a collective).
 
     Args:
         sampler: this rank's `PrioritizedSampler`; its ``batch_size`` (the global batch) must be divisible by the
@@ -124,7 +124,7 @@ class DistributedPrioritizedSampler:
         group: a torch.distributed process group (default: the default group).
         dataset_size: ``len(dataset)`` on this rank, checked (on every rank) to equal ``sampler.num_examples``.
         overlap: run each update's gather in the background, completed at the next draw, so its latency hides
-            behind the backward pass when `update` comes right after the forward pass (the recipes do this).
+            behind the backward pass when `feedback` comes right after the forward pass (the recipes do this).
             The draws are the same either way; only `sampler` itself lags one update until then (`settle`).
     """
 
@@ -171,8 +171,9 @@ class DistributedPrioritizedSampler:
     def share(self, whole: SampledBatch) -> RankBatch:
         """This rank's share of a global batch."""
         positions = share_positions(len(whole), self.rank, self.world_size)
-        return RankBatch(whole.indices[positions], whole.weights[positions], whole.probabilities[positions],
-                         whole.epoch, whole.step, positions, whole)
+        return RankBatch(indices=whole.indices[positions], probabilities=whole.probabilities[positions],
+                         weights=whole.weights[positions], epoch=whole.epoch, step=whole.step, positions=positions,
+                         whole=whole)
 
     def next_batch(self) -> RankBatch:
         """Draw the next global batch (identically on every rank) and return this rank's share."""

@@ -87,7 +87,7 @@ class _View:
 
 
 class PrioritizedSampler:
-    """Batches of dataset indices drawn by learned weight, P(i) ∝ w_i^alpha, with feedback through `update`.
+    """Batches of dataset indices drawn by learned weight, P(i) ∝ w_i^alpha, with feedback through `feedback`.
 
     Args:
         num_examples: N, the dataset size.

@@ -36,4 +36,4 @@ class PrioritizedDQN(PrioritizedAlgorithmMixin, DQN):
             target = batch.rewards + (1.0 - batch.dones) * discount * best_next
         chosen = self.q_net(batch.observations).gather(1, batch.actions.long())
         losses = F.smooth_l1_loss(chosen, target, reduction="none").view(-1)
-        return losses, (chosen.detach() - target).abs().view(-1)  # detached: no autograd bookkeeping
+        return losses, (chosen.detach() - target).view(-1)  # signed TD errors: the buffer takes |.| in numpy

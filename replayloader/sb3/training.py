@@ -4,7 +4,8 @@ Why one loop: SB3's value-based ``train()`` methods (DQN's, QR-DQN's) differ onl
 rest (train mode, learning-rate schedule, zero_grad / backward / clip / step, update counter, logging) is the
 same. A prioritized algorithm needs exactly two changes to that loop: the mean loss becomes an
 importance-weighted mean of per-transition losses, and each batch's new priorities go back to the buffer. So
-an algorithm class supplies only ``_per_sample_loss(batch) -> (losses, priorities)``, both of shape (batch,),
+an algorithm class supplies only ``_per_sample_loss(batch) -> (losses, errors)``, both of shape (batch,)
+(the priorities are ``|errors|``),
 and this loop does the rest. It follows the structure of ``DQN.train`` in stable-baselines3 2.9.2 (and
 ``QRDQN.train`` in sb3-contrib 2.9.2), the versions tested.
 """
@@ -51,13 +52,13 @@ class PrioritizedAlgorithmMixin:
         for _ in range(gradient_steps):
             batch = buffer.sample(batch_size, env=self._vec_normalize_env)
             per_sample, priorities = self._per_sample_loss(batch)
-            loss = (batch.weights.view(-1) * per_sample).mean()
+            loss = th.dot(batch.weights.view(-1), per_sample) / per_sample.shape[0]  # the weighted mean, one op
             self.policy.optimizer.zero_grad()
             loss.backward()
             if self.max_grad_norm is not None:
                 th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
-            buffer.update_priorities(batch.indices, priorities.detach().cpu().numpy())
+            buffer.update_priorities(batch.indices, np.abs(priorities.detach().cpu().numpy()))  # |.| in numpy: cheaper
             losses.append(loss.item())
         self._n_updates += gradient_steps
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")

@@ -56,7 +56,7 @@ class WeightUpdate:
 
     def values(self, feedback: Mapping[str, np.ndarray]) -> np.ndarray:
         if self.feedback_key not in feedback:
-            raise TypeError(f"update() needs the keyword {self.feedback_key!r} for {type(self).__name__}, "
+            raise TypeError(f"feedback() needs the keyword {self.feedback_key!r} for {type(self).__name__}, "
                             f"got {sorted(feedback) or 'none'}")
         return feedback[self.feedback_key]
 
@@ -137,7 +137,7 @@ class GradBound(WeightUpdate):
             if logits.ndim == targets.ndim:
                 return grad_bound_sigmoid(logits, targets, mask)
             return grad_bound_softmax(logits, targets, mask)
-        raise TypeError("update() needs grad_bound=, or logits= and targets=, for GradBound; "
+        raise TypeError("feedback() needs grad_bound=, or logits= and targets=, for GradBound; "
                         f"got {sorted(feedback) or 'none'}")
 
 

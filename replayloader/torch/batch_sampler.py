@@ -17,7 +17,7 @@ on. With the same ``num_workers`` and ``prefetch_factor``, the resumed run sees 
 run would have seen (tested).
 
 Several processes: pass a `DistributedPrioritizedSampler`; each rank's DataLoader then yields that rank's share
-of every global batch, and `update` is a collective (every rank calls it once per batch). Pending batches are
+of every global batch, and `feedback` is a collective (every rank calls it once per batch). Pending batches are
 checkpointed whole (global), so a state resumes on any number of ranks.
 """
 from __future__ import annotations

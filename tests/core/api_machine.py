@@ -162,7 +162,7 @@ class BufferAPIMachine(RuleBasedStateMachine):
         ids = self.model.add(self.pending)
         self.adopt_initial_weights(ids)
         self.model.check_sample(batch, 1)
-        assert batch.step == step + 1
+        assert batch.produced == step + 1
         np.testing.assert_array_equal(batch.fresh, np.isin(batch.ids, ids))
         self.last_batch = batch
 

@@ -23,7 +23,7 @@ def test_yields_ratio_batches_per_produce_with_aux():
     batches = list(loader)
     assert len(batches) == 6
     assert [b.aux["produced_from"] for b in batches] == [0, 0, 4, 4, 8, 8]
-    assert [b.step for b in batches] == [1, 1, 2, 2, 3, 3]
+    assert [b.produced for b in batches] == [1, 1, 2, 2, 3, 3]
     for b in batches:
         np.testing.assert_array_equal(b.fresh, b.data["x"] >= b.aux["produced_from"])
 
@@ -31,7 +31,7 @@ def test_yields_ratio_batches_per_produce_with_aux():
 def test_fractional_ratio_and_min_size():
     loader = ReplayDataLoader(counter_producer(), ReplayBuffer(16, seed=0), batch_size=2, replay_ratio=0.5,
                               steps=8, min_size=8)
-    steps = [b.step for b in loader]
+    steps = [b.produced for b in loader]
     assert steps == [3, 5, 7]  # first yield once 8 examples are stored, then every other produce
 
 
@@ -83,5 +83,5 @@ def test_batches_report_sample_ages_in_adds():
     loader = ReplayDataLoader(counter_producer(), ReplayBuffer(64, seed=0), batch_size=4, steps=6)
     for batch in loader:
         # example x was produced by add number x // 4 (4 per produce), so its age is step - 1 - x // 4
-        np.testing.assert_array_equal(batch.ages, batch.step - 1 - batch.data["x"] // 4)
+        np.testing.assert_array_equal(batch.ages, batch.produced - 1 - batch.data["x"] // 4)
         assert (batch.ages == 0).tolist() == batch.fresh.tolist()

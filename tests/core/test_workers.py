@@ -60,7 +60,7 @@ def test_batches_carry_latest_aux_and_fresh_mask():
     loader = ReplayDataLoader(rows_of, ReplayBuffer(256, seed=0), batch_size=8, source=range(30), workers=2)
     for batch in loader:
         latest = batch.aux["item"]
-        assert batch.step == latest + 1
+        assert batch.produced == latest + 1
         np.testing.assert_array_equal(batch.fresh, batch.data["x"] // 4 == latest)
         assert (batch.data["x"] // 4 <= latest).all()  # nothing sampled that was not yet added
 
