@@ -80,11 +80,14 @@ def test_batch_sampler_with_pinned_memory_feeds_cuda():
     from torch.utils.data import DataLoader, TensorDataset
 
     from replayloader import PrioritizedBatchSampler
+    from replayloader.distributed import fork_safe_context
 
     n = 512
     data = TensorDataset(torch.arange(n, dtype=torch.float32)[:, None], torch.arange(n))
     batches = PrioritizedBatchSampler(PrioritizedSampler(n, 64, seed=0, warmup_epochs=1))
-    loader = DataLoader(data, batch_sampler=batches, pin_memory=True, num_workers=2)
+    # a process with CUDA initialised has driver threads: workers are spawned, not forked (the library's rule)
+    loader = DataLoader(data, batch_sampler=batches, pin_memory=True, num_workers=2, persistent_workers=True,
+                        multiprocessing_context=fork_safe_context(2))
     for epoch in range(2):
         for x, index in loader:
             assert x.is_pinned()
@@ -98,6 +101,8 @@ def test_batch_sampler_with_pinned_memory_feeds_cuda():
 # ------------------------------------------------------------------------------------------- pretraining
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> dict:
+    pytest.importorskip("datasets", reason="pretraining packs its corpus with the datasets package (Arrow)")
+    pytest.importorskip("replayloader_electra", reason="the ELECTRA integration is not installed")
     root = tmp_path_factory.mktemp("corpus")
     rng = np.random.default_rng(0)
     words = ["the", "a", "cat", "dog", "sat", "on", "mat", "ran", "to", "house", "big", "small", "red", "blue",
