@@ -79,8 +79,12 @@ def summarize(runs: Path) -> str:
     cfg = any_rec["config"]
     L = []
     L.append("# Online data mixing vs stratified and natural mixtures: tiny causal LM (issue 29)\n")
+    try:
+        where = runs.resolve().relative_to(REPO)
+    except ValueError:
+        where = runs
     L.append(f"Written by `python experiments/mixing_lm_summary.py` from the {n_all} records in "
-             f"`results/mixing/runs/` (protocol: `results/mixing/protocol.md`). Every number below is recomputed from those records.\n")
+             f"`{where}/` (protocol: `results/mixing/protocol.md`). Every number below is recomputed from those records.\n")
     L.append(f"Setup (from the records): GPT-2 style, {cfg['n_layer']} layers, width {cfg['n_embd']}, {cfg['n_head']} heads, "
              f"{any_rec['n_params']:,} parameters, vocabulary {any_rec['vocab_size']} (byte-level BPE), blocks of {any_rec['block']} tokens, "
              f"batch {cfg['batch_size']}, {cfg['steps']} steps, AdamW lr {cfg['lr']} (warmup {cfg['warmup']}, cosine to "
@@ -191,7 +195,7 @@ def summarize(runs: Path) -> str:
             str(st) for st in _weight_steps(recs["odm"])) + " | ODM drawn share | stratified drawn share | natural drawn share |")
         ws = _weight_steps(recs["odm"])
         L.append("|---|---|" + "---|" * len(ws) + "---|---|---|")
-        traj = {s: _weights_at(runs, "odm", s, ws) for s in sorted(recs["odm"])}
+        traj = {s: _weights_at(recs["odm"][s], ws) for s in sorted(recs["odm"])}
         for j, src in enumerate(sources):
             cells = [np.mean([traj[s][k][j] for s in traj if traj[s][k] is not None]) for k in range(len(ws))]
             drawn = {a: (np.mean([np.array(r["drawn_per_source"])[j] / sum(r["drawn_per_source"]) for r in recs[a].values()])
@@ -235,12 +239,9 @@ def _weight_steps(odm_recs: dict) -> list[int]:
     return sorted({0, steps // 4 // r["weights_every"] * r["weights_every"], steps // 2 // r["weights_every"] * r["weights_every"], steps})
 
 
-def _weights_at(runs: Path, arm: str, seed: int, steps: list[int]) -> list:
-    p = runs / f"{arm}-seed{seed}.weights.jsonl"
-    rows = {}
-    for line in p.read_text().splitlines():
-        w = json.loads(line)
-        rows[w["step"]] = list(w["weights"].values()) if isinstance(w["weights"], dict) else w["weights"]
+def _weights_at(rec: dict, steps: list[int]) -> list:
+    """The rule's weights after ``step`` feedback steps, from the record's trajectory (every ``weights_every``)."""
+    rows = {w["step"]: w["weights"] for w in rec["weights"]}
     return [rows.get(s) for s in steps]
 
 
