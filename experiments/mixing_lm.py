@@ -260,7 +260,7 @@ def write_run(out: Path, record: dict, weights_log: list[dict], sampler_log: Pat
 
 def commit(paths: list[Path], msg: str) -> None:
     rel = [str(p.relative_to(REPO)) for p in paths]
-    subprocess.run(["git", "add", "--", *rel], cwd=REPO, check=True)
+    subprocess.run(["git", "add", "-f", "--", *rel], cwd=REPO, check=True)
     subprocess.run(["git", "commit", "-q", "-m", msg, "--", *rel], cwd=REPO, check=True)
 
 
