@@ -322,10 +322,20 @@ def main(argv: list[str] | None = None) -> None:
         if record_path(args.out, arm, seed).exists():
             print(f"skip {arm}-seed{seed} (record exists)", flush=True)
             continue
+        SAMPLER_LOGS.mkdir(parents=True, exist_ok=True)
+        lock = SAMPLER_LOGS / f"{arm}-seed{seed}.lock"  # a second grid process (other seeds first) skips it
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            print(f"skip {arm}-seed{seed} (running elsewhere: {lock} exists; delete it if that run died)", flush=True)
+            continue
         print(f"start {arm}-seed{seed} {time.strftime('%H:%M:%S')}", flush=True)
         log = SAMPLER_LOGS / f"{arm}-seed{seed}.weights.jsonl"
-        rec, wl = train(arm, seed, cfg, progress=args.progress, log_path=log)
-        paths = write_run(args.out, rec, wl, log)
+        try:
+            rec, wl = train(arm, seed, cfg, progress=args.progress, log_path=log)
+            paths = write_run(args.out, rec, wl, log)
+        finally:
+            lock.unlink(missing_ok=True)
         print(f"done {arm}-seed{seed}: mean ppl {rec['final']['mean_ppl']:.2f}, wall {rec['timing']['total_wall_s']:.0f}s, "
               f"mixing {100 * rec['timing']['mixing_frac_of_step']:.3f}% of step", flush=True)
         if args.commit:
