@@ -3,6 +3,7 @@
     python experiments/mixing_lm.py prepare                      # tokenizer + token-id cache under runs/mixing/data
     python experiments/mixing_lm.py grid                         # the protocol's grid, one run at a time, resumable
     python experiments/mixing_lm.py grid --commit                # ... and commit each record as it finishes
+    python experiments/mixing_lm.py grid --commit --seeds 4 3 2 1 0   # a second process from the other end
     python experiments/mixing_lm.py list                         # each run of the grid, done or not
     python experiments/mixing_lm.py run --arm odm --seed 0       # one run in this process
     python experiments/mixing_lm.py pilot --seed 100 --steps 200 # speed pilot (records under runs/mixing/pilot)
@@ -259,9 +260,18 @@ def write_run(out: Path, record: dict, weights_log: list[dict], sampler_log: Pat
 
 
 def commit(paths: list[Path], msg: str) -> None:
+    """Pathspec commit of ``paths`` only (added with -f: ``runs/`` is gitignored at every level). Retried a few
+    times (another process may hold the index lock); a commit that still fails is reported, not raised: the
+    record is on disk and can be committed by hand."""
     rel = [str(p.relative_to(REPO)) for p in paths]
-    subprocess.run(["git", "add", "-f", "--", *rel], cwd=REPO, check=True)
-    subprocess.run(["git", "commit", "-q", "-m", msg, "--", *rel], cwd=REPO, check=True)
+    for attempt in range(6):
+        add = subprocess.run(["git", "add", "-f", "--", *rel], cwd=REPO, capture_output=True, text=True)
+        com = add.returncode == 0 and subprocess.run(["git", "commit", "-q", "-m", msg, "--", *rel], cwd=REPO,
+                                                     capture_output=True, text=True)
+        if com and com.returncode == 0:
+            return
+        time.sleep(2 + 3 * attempt)
+    print(f"commit failed for {rel}: {(add.stderr if add.returncode else com.stderr).strip()}", flush=True)
 
 
 # ------------------------------------------------------------------------------------------------ cli
@@ -317,7 +327,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd == "run":
         jobs = [(args.arm, args.seed)]
     else:
-        jobs = [(arm, seed) for seed in args.seeds for arm in args.arms]
+        # the primary pairs first (stratified, odm; seed by seed), then natural; a second grid process given the
+        # seeds in reverse order meets the first in the middle (lock files)
+        jobs = ([(arm, seed) for seed in args.seeds for arm in ("stratified", "odm") if arm in args.arms]
+                + [("natural", seed) for seed in args.seeds if "natural" in args.arms])
     for arm, seed in jobs:
         if record_path(args.out, arm, seed).exists():
             print(f"skip {arm}-seed{seed} (record exists)", flush=True)
