@@ -7,6 +7,8 @@ What you have, and what to use (each folder's ``__init__`` is its public face):
 - a *fixed dataset* → `PrioritizedSampler` inside your DataLoader, HF Trainer or Lightning
   (``replayloader.sampler``, ``replayloader.torch``), shared across DDP ranks (``replayloader.distributed``);
 - *score many, train on few* → `Selector` with `ScoreThenSelect` (``replayloader.selection``);
+- *several sources* (domains) to mix → `MixtureSampler` with a rule learned from training loss
+  (``replayloader.mixing``);
 - several machines → ``replayloader.ray``.
 
 ``import replayloader`` needs only numpy and numba: names that need torch are imported on first use.
@@ -17,6 +19,7 @@ from .loader import RateLimiter, RateLimitTimeout, LimiterClosed, ReplayBatch, R
 from .sampler import LinearSchedule, PrioritizedSampler, SampledBatch
 from .selection import (BufferScoreThenSelect, Proportional, ReducibleLoss, ScoreThenSelect, SelectiveBackprop,
                         Selector, TopK, TrainingLoss, irreducible_losses)
+from .mixing import ODM, ExcessLoss, FixedMixture, MixtureBatch, MixtureSampler
 from .state import InvalidState, StateFileError, load_state, save_state
 
 __version__ = "1.0.0"
@@ -25,13 +28,16 @@ _moved.install()
 
 _NEEDS_TORCH = {"PrioritizedBatchSampler": "replayloader.torch", "CandidateBatchSampler": "replayloader.torch",
                 "DistributedPrioritizedSampler": "replayloader.distributed",
-                "DistributedScoreThenSelect": "replayloader.distributed"}
+                "DistributedScoreThenSelect": "replayloader.distributed",
+                "MixtureBatchSampler": "replayloader.mixing.torch", "MixtureIterableDataset": "replayloader.mixing.torch",
+                "concat_sources": "replayloader.mixing.torch"}
 
 __all__ = ["ReplayBuffer", "Sample", "ReplayDataLoader", "ReplayBatch", "strategies", "RateLimiter",
            "RateLimitTimeout", "LimiterClosed", "WorkerError", "PrioritizedSampler", "SampledBatch",
            "LinearSchedule", "Selector", "TopK", "Proportional", "SelectiveBackprop", "TrainingLoss",
            "ReducibleLoss", "ScoreThenSelect", "BufferScoreThenSelect", "irreducible_losses", "InvalidState",
-           "StateFileError", "save_state", "load_state", *_NEEDS_TORCH, "__version__"]
+           "StateFileError", "save_state", "load_state", "MixtureSampler", "MixtureBatch", "FixedMixture", "ODM",
+           "ExcessLoss", *_NEEDS_TORCH, "__version__"]
 
 
 def __getattr__(name: str):

@@ -24,6 +24,12 @@ EXECUTED = {
     ("docs/sb3.md", "# Prioritized replay for Stable-Baselines3"): "tests/sb3/test_docs_example.py",
     ("docs/distributed.md", "**Prioritized sampling over a fixed dataset under DDP**"): "tests/distributed/jobs.py",
     ("docs/distributed.md", "**Score-then-select under DDP**"): "tests/distributed/jobs.py",
+    ("docs/mixing.md", "## A plain loop"): "tests/mixing/test_docs_example.py",
+    ("docs/mixing.md", "## In a DataLoader"): "tests/mixing/test_docs_example.py",
+    ("docs/mixing.md", "**Streams.**"): "tests/mixing/test_docs_example.py",
+    ("docs/mixing.md", "## Hugging Face Trainer"): "tests/mixing/test_docs_example.py",
+    ("docs/mixing.md", "## Checkpoints"): "tests/mixing/test_docs_example.py",
+    ("docs/mixing.md", "## Several GPUs (DDP)"): "tests/mixing/jobs.py",
 }
 
 

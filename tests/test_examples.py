@@ -26,7 +26,8 @@ def test_every_example_has_a_test_here():
               "replay_loader.py", "dataloader_sampler.py", "hf_trainer.py", "rho_loss.py", "lightning_sampler.py",
               "dqn_per.py",  # tests/test_user_examples.py
               "ddp_sampler.py",  # tests/distributed/test_example_ddp.py (torchrun)
-              "ray_replay.py"}  # tests/ray/test_user_example.py (needs ray)
+              "ray_replay.py",  # tests/ray/test_user_example.py (needs ray)
+              "mixing_dataloader.py"}  # here
     assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == tested
 
 
@@ -65,6 +66,23 @@ def test_sb3_example_trains_both_arms(capsys):
     printed = capsys.readouterr().out
     assert set(returns) == {"uniform", "prioritized"}
     assert "prioritized: greedy return" in printed and "prioritized buffer: 768 transitions" in printed
+
+
+def test_mixing_example_trains_on_a_learned_mixture_and_logs_the_weights(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    path = EXAMPLES / "mixing_dataloader.py"
+    text = path.read_text()
+    assert len(text.splitlines()) <= 150 and "sys.path" not in text and "examples/mixing_dataloader.py" in text
+    threads = torch.get_num_threads()  # the example sets one torch thread for the process
+    try:
+        result = load(path).main(["--steps", "60", "--log", str(tmp_path / "weights.jsonl")])
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    assert "rule odm, num_workers=0: 60 steps of 64" in printed and "held-out accuracy: easy" in printed
+    assert result["steps"] == 60 and sum(result["drawn"].values()) == 60 * 64
+    assert abs(sum(result["weights"].values()) - 1) < 1e-2  # rounded to 3 digits each
+    assert len((tmp_path / "weights.jsonl").read_text().splitlines()) == 6  # steps 0, 10, ..., 50
 
 
 def test_main_job_runs_from_another_directory(tmp_path):

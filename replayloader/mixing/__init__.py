@@ -1,0 +1,28 @@
+"""Online data mixing: a dataset made of K sources (domains), drawn in proportions learned from training loss.
+
+- `MixtureSampler`: batches of dataset indices; each batch's per-source counts come from a rule's weights,
+  and `feedback(indices, losses)` gives the rule each source's mean training loss (numpy only).
+- `MixtureBatch`: one drawn batch (indices, their sources, the weights used, step).
+- Rules (`MixingRule`): `FixedMixture` (``natural``, ``stratified``), `ODM` (EXP3 on training loss),
+  `ExcessLoss` (DoReMi-style multiplicative weights on loss above a reference).
+- Torch (imported on first use): `MixtureBatchSampler` (a DataLoader ``batch_sampler``, DDP slices),
+  `concat_sources` (K map-style datasets as one), `MixtureIterableDataset` (K streams);
+  ``replayloader.mixing.hf.MixingTrainer`` (the Hugging Face Trainer, needs transformers).
+- ``python -m replayloader.mixing.plot LOG.jsonl -o weights.png``: the weight trajectory of a ``log_path`` file.
+"""
+from .rules import ODM, ExcessLoss, FixedMixture, MixingRule
+from .sampler import MixtureBatch, MixtureSampler, SourceMixer
+
+__all__ = ["MixtureSampler", "MixtureBatch", "MixingRule", "FixedMixture", "ODM", "ExcessLoss", "SourceMixer",
+           "MixtureBatchSampler", "MixtureIterableDataset", "concat_sources", "MixingTrainer"]
+
+_LAZY = {"MixtureBatchSampler": "torch", "MixtureIterableDataset": "torch", "concat_sources": "torch",
+         "MixingTrainer": "hf"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,440 @@
+"""MixtureSampler: batches of a dataset made of K sources, in proportions a mixing rule learns from training loss.
+
+Why a sampler and not a dataset wrapper: the mixture is a decision about *which indices* the next batch holds,
+and everything the library already has for index samplers applies (DataLoader workers, DDP slices, exact
+checkpoints). The examples stay where they are; the sampler knows only which source each index belongs to.
+
+One batch (`draw`):
+
+1. each of the ``batch_size`` slots picks a source from the rule's current weights (so the per-source counts are
+   multinomial, and sources are interleaved in random order within the batch);
+2. each source hands out as many of its examples as slots picked it: with ``within="uniform"`` the next ones of
+   a per-source random permutation (without replacement; reshuffled when the source is exhausted), with
+   ``within="prioritized"`` draws of a `PrioritizedSampler` over that source, so example-level and source-level
+   importance compose.
+
+Feedback (`feedback(indices, losses)`) maps each index to its source and gives the rule one step's per-source
+mean loss and count; with ``within="prioritized"`` the losses also go to each source's `PrioritizedSampler`.
+All arguments are checked before anything changes.
+
+Every random number comes from the sampler's own generator (`kernels.rng`), whose four words are checkpointed, so
+`state_dict` / `load_state_dict` resume the identical stream, also in the middle of a source's pass. The stream
+does not depend on how many processes consume it: DDP ranks draw the same global batch and take their slice
+(`MixtureBatch.share`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import _checks as checks
+from .._arrays import to_numpy
+from ..kernels.rng import seed_state, uniforms
+from ..sampler.prioritized import PrioritizedSampler
+from ..state.atomic import sha256_bytes
+from ..state.checks import InvalidState, array, check_header, field, integer, require, rng_words
+from .rules import MixingRule
+
+STATE_VERSION = 1
+WITHIN = ("uniform", "prioritized")
+# PrioritizedSampler options the mixture sets itself (one index per draw, its own seed, no importance weights)
+_SET_BY_MIXTURE = ("num_examples", "batch_size", "seed", "beta")
+
+
+@dataclass(frozen=True, eq=False)
+class MixtureBatch:
+    """One batch: dataset ``indices`` (int64), the ``sources`` they were drawn from (int64, same length), the
+    mixture ``weights`` over the K sources they were drawn with (float64), and ``step`` (0 for the first draw)."""
+
+    indices: np.ndarray
+    sources: np.ndarray
+    weights: np.ndarray
+    step: int
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def share(self, rank: int, world_size: int) -> MixtureBatch:
+        """Rank ``rank``'s slice of this global batch: the contiguous block [rank·B/W, (rank+1)·B/W), so the W
+        slices concatenated in rank order are the batch. B must be divisible by W."""
+        w = checks.integer("world_size", world_size, 1)
+        r = checks.integer("rank", rank, 0, w - 1)
+        if len(self) % w:
+            raise ValueError(f"a batch of {len(self)} cannot be split evenly over world_size={w}: make batch_size "
+                             f"a multiple of the world size")
+        size = len(self) // w
+        part = slice(r * size, (r + 1) * size)
+        return MixtureBatch(self.indices[part], self.sources[part], self.weights, self.step)
+
+
+def source_slots(rng: np.ndarray, weights: np.ndarray, batch_size: int) -> np.ndarray:
+    """The source of each of ``batch_size`` slots, drawn independently from ``weights`` (inverse CDF of one
+    uniform each, so the counts are multinomial). A source of weight 0 is never drawn."""
+    cdf = np.cumsum(weights)
+    cdf /= cdf[-1]
+    slots = np.searchsorted(cdf, uniforms(rng, batch_size), side="right")
+    return np.minimum(slots, len(weights) - 1).astype(np.int64)
+
+
+def checked_weights(rule: Any, num_sources: int) -> np.ndarray:
+    """The rule's weights, checked (a rule is user code): K finite numbers >= 0 summing to 1 (within 1e-6)."""
+    w = np.asarray(rule.weights(), dtype=np.float64)
+    if w.shape != (num_sources,) or not np.isfinite(w).all() or (w < 0).any() or abs(w.sum() - 1.0) > 1e-6:
+        raise ValueError(f"{type(rule).__name__}.weights() must return {num_sources} finite numbers >= 0 summing "
+                         f"to 1, got {w.tolist()}")
+    return w
+
+
+def per_source(sources: np.ndarray, losses: np.ndarray, num_sources: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean loss and count per source (mean 0.0 where the count is 0): what a rule's `feedback` takes."""
+    counts = np.bincount(sources, minlength=num_sources).astype(np.int64)
+    sums = np.bincount(sources, weights=losses, minlength=num_sources)
+    means = np.divide(sums, counts, out=np.zeros(num_sources), where=counts > 0)
+    return means, counts
+
+
+def check_losses(losses: Any, shape: tuple, *, nonnegative: bool) -> np.ndarray:
+    """Per-example losses (numpy or torch) as float64 of ``shape``, every one finite (and >= 0 when they become
+    priorities); else a ValueError naming ``losses``."""
+    values = to_numpy(losses, "losses")
+    if values.shape != shape:
+        raise ValueError(f"losses must have shape {shape} to match indices, got {values.shape}")
+    if values.dtype.kind not in "fiu":
+        raise ValueError(f"losses must be numbers, got dtype {values.dtype}")
+    values = np.ascontiguousarray(values, np.float64)
+    bad = np.flatnonzero(~np.isfinite(values) | ((values < 0) if nonnegative else False))
+    if len(bad):
+        need = "finite and >= 0 (they become priorities)" if nonnegative else "finite"
+        raise ValueError(f"losses must be {need}; losses[{bad[0]}] = {float(values[bad[0]])!r}")
+    return values
+
+
+class SourceMixer:
+    """The part every mixture shares, index-based or streaming: the rule, the generator, the per-slot source
+    draw, per-source feedback, counters, the weight log and their state. `MixtureSampler` and
+    `MixtureIterableDataset` each add how a source hands out its examples.
+
+    Args: see `MixtureSampler` (``num_sources`` = K, ``names``, ``log_path``, ``log_every``).
+    """
+
+    def __init__(self, num_sources: int, *, batch_size: int, rule: MixingRule, seed: int = 0,
+                 names: Sequence[str] | None = None, log_path: str | os.PathLike | None = None,
+                 log_every: int = 1) -> None:
+        k = self.num_sources = checks.integer("num_sources", num_sources, 1)
+        self.batch_size = checks.integer("batch_size", batch_size, 1)
+        self.seed = checks.integer("seed", seed, 0)
+        if not isinstance(rule, MixingRule):
+            raise TypeError(f"rule must be a MixingRule (weights, feedback, bind, state_dict, load_state_dict), "
+                            f"got {type(rule).__name__}")
+        rule.bind(k)
+        self.rule = rule
+        self.names = [str(i) for i in range(k)] if names is None else [str(n) for n in names]
+        if len(self.names) != k or len(set(self.names)) != k:
+            raise ValueError(f"names must be {k} distinct names (one per source), got {list(names or [])}")
+        self.log_path = None if log_path is None else Path(log_path)
+        self.log_every = checks.integer("log_every", log_every, 1)
+        self.rng_state = seed_state(self.seed)
+        self.step = 0
+        self.counts = {"drawn": np.zeros(k, np.int64), "fed_back": np.zeros(k, np.int64)}
+        self.loss_sums = np.zeros(k)
+        self.feedback_calls = 0
+
+    def probabilities(self) -> np.ndarray:
+        """The rule's current weights over the K sources (what the next batch is drawn from)."""
+        return checked_weights(self.rule, self.num_sources)
+
+    def next_sources(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """The source of each slot of the next batch, the weights they were drawn with, and the batch's step."""
+        weights = self.probabilities()
+        if self.log_path is not None and self.step % self.log_every == 0:
+            line = json.dumps({"step": self.step, "weights": dict(zip(self.names, weights.tolist()))})
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "a") as f:
+                f.write(line + "\n")
+        sources = source_slots(self.rng_state, weights, self.batch_size)
+        self.counts["drawn"] += np.bincount(sources, minlength=self.num_sources)
+        step = self.step
+        self.step += 1
+        return sources, weights, step
+
+    def feedback_sources(self, sources: np.ndarray, values: np.ndarray) -> None:
+        """One feedback step from checked per-example sources and losses: the rule first (it checks its own
+        arguments before it changes), then the counters."""
+        means, counts = per_source(sources, values, self.num_sources)
+        self.rule.feedback(means, counts)
+        self.counts["fed_back"] += counts
+        self.loss_sums += np.bincount(sources, weights=values, minlength=self.num_sources)
+        self.feedback_calls += 1
+
+    def stats(self) -> dict[str, Any]:
+        """The current weights, examples drawn and fed back per source, the mean feedback loss per source (NaN
+        where none yet), the source names, the step and the number of feedback calls."""
+        fed = self.counts["fed_back"]
+        mean = np.divide(self.loss_sums, fed, out=np.full(self.num_sources, np.nan), where=fed > 0)
+        return {"step": self.step, "feedback_calls": self.feedback_calls, "names": list(self.names),
+                "weights": self.probabilities(), "drawn": self.counts["drawn"].copy(), "fed_back": fed.copy(),
+                "mean_loss": mean}
+
+    def config(self) -> dict:
+        return {"num_sources": self.num_sources, "batch_size": self.batch_size, "seed": self.seed,
+                "rule": type(self.rule).__name__}
+
+    def state_dict(self) -> dict:
+        return {"rng": self.rng_state.copy(), "step": self.step, "counts_drawn": self.counts["drawn"].copy(),
+                "counts_fed_back": self.counts["fed_back"].copy(), "loss_sums": self.loss_sums.copy(),
+                "feedback_calls": self.feedback_calls, "rule": self.rule.state_dict()}
+
+    def checked_state(self, state: Mapping, where: str) -> dict:
+        """The mixer's new values from ``state``, every one checked (the rule's state is checked by the rule when
+        it loads, in `load_parts`); nothing changes."""
+        k = self.num_sources
+        counts = {name: array(state, f"counts_{name}", where, (k,), "iu", np.int64) for name in self.counts}
+        require(all(not (c < 0).any() for c in counts.values()), f"{where}['counts_*'] must be >= 0")
+        loss_sums = array(state, "loss_sums", where, (k,), "fiu", np.float64)
+        require(bool(np.isfinite(loss_sums).all()), f"{where}['loss_sums'] must be finite")
+        return {"rng_state": rng_words(state, "rng", where), "step": integer(state, "step", where, 0),
+                "counts": counts, "loss_sums": loss_sums,
+                "feedback_calls": integer(state, "feedback_calls", where, 0)}
+
+    def commit(self, values: Mapping[str, Any]) -> None:
+        """Assign what `checked_state` returned (cannot fail)."""
+        for name, value in values.items():
+            setattr(self, name, value)
+
+
+def load_parts(parts: Sequence[Any], states: Sequence[Any], where: str) -> None:
+    """Load each part's state in order, all or nothing: a part that refuses its state (it changes nothing then)
+    makes the parts loaded before it take their previous state back."""
+    previous = [part.state_dict() for part in parts]
+    loaded = 0
+    try:
+        for part, part_state in zip(parts, states):
+            part.load_state_dict(part_state)
+            loaded += 1
+    except Exception as exc:
+        for part, old in zip(parts[:loaded], previous[:loaded]):
+            part.load_state_dict(old)
+        if isinstance(exc, InvalidState):
+            raise
+        raise InvalidState(f"{where}: {type(parts[loaded]).__name__} refused its state: {exc}") from exc
+
+
+class MixtureSampler:
+    """Batches of global dataset indices over K sources, mixed by a `MixingRule` that learns from feedback.
+
+    Args:
+        sources: the K source sizes; source k's examples are the contiguous block of global indices after the
+            first k sources (a `torch.utils.data.ConcatDataset` of the sources has this layout). For one dataset
+            with a source label per example, use `from_labels`.
+        batch_size: examples per batch (the global batch under DDP: a multiple of the world size).
+        rule: the `MixingRule` (`FixedMixture`, `ODM`, `ExcessLoss`, or your own).
+        seed: seed of the sampler's generator (every rank of a DDP job must use the same).
+        within: how examples are drawn inside a source: "uniform" (a permutation per source, without
+            replacement, reshuffled at its end) or "prioritized" (a `PrioritizedSampler` per source).
+        prioritized: options of each source's `PrioritizedSampler` with ``within="prioritized"`` (``alpha``,
+            ``update``, ``init``, ``uniform_fraction``, ``warmup_epochs``, ...; its update must read ``loss=``).
+        names: K source names for `stats` and the log (default "0", "1", ...).
+        log_path: a JSONL file to append one line ``{"step", "weights": {name: w}}`` to every ``log_every``
+            draws (draw 0 included), the weights that draw used. Under DDP give it on one rank only.
+        log_every: see ``log_path``.
+    """
+
+    def __init__(self, sources: Sequence[int] | np.ndarray, *, batch_size: int, rule: MixingRule, seed: int = 0,
+                 within: str = "uniform", prioritized: Mapping[str, Any] | None = None,
+                 names: Sequence[str] | None = None, log_path: str | os.PathLike | None = None,
+                 log_every: int = 1) -> None:
+        sizes = np.asarray(sources)
+        if sizes.ndim != 1 or sizes.size == 0 or sizes.dtype.kind not in "iu":
+            raise ValueError(f"sources must be a non-empty sequence of integer source sizes, got "
+                             f"{np.asarray(sources)!r}")
+        mixer = {"batch_size": batch_size, "rule": rule, "seed": seed, "names": names, "log_path": log_path,
+                 "log_every": log_every}
+        self._setup(sizes.astype(np.int64), np.arange(int(sizes.sum()), dtype=np.int64), within, prioritized, mixer)
+
+    @classmethod
+    def from_labels(cls, labels: Sequence[int] | np.ndarray, *, num_sources: int | None = None,
+                    within: str = "uniform", prioritized: Mapping[str, Any] | None = None,
+                    **mixer: Any) -> MixtureSampler:
+        """One dataset whose example i belongs to source ``labels[i]`` (numpy or torch): source k's examples are
+        the positions where the label is k. ``num_sources`` defaults to max(labels) + 1; a label outside
+        [0, num_sources) or a source without examples is an error. The other options are the constructor's."""
+        arr = to_numpy(labels, "labels")
+        if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
+            raise ValueError(f"labels must be a non-empty 1-D integer array, got dtype {arr.dtype} shape {arr.shape}")
+        arr = arr.astype(np.int64)
+        k = int(arr.max()) + 1 if num_sources is None else checks.integer("num_sources", num_sources, 1)
+        bad = np.flatnonzero((arr < 0) | (arr >= k))
+        if len(bad):
+            raise ValueError(f"labels must lie in [0, {k}) (num_sources={k}); labels[{bad[0]}] = {arr[bad[0]]}")
+        members = np.argsort(arr, kind="stable").astype(np.int64)  # source 0's positions, then source 1's, ...
+        sampler = cls.__new__(cls)
+        sampler._setup(np.bincount(arr, minlength=k).astype(np.int64), members, within, prioritized, mixer)
+        return sampler
+
+    def _setup(self, sizes: np.ndarray, members: np.ndarray, within: str, prioritized: Mapping[str, Any] | None,
+               mixer: dict) -> None:
+        empty = np.flatnonzero(sizes <= 0)
+        if len(empty):
+            raise ValueError(f"source {empty[0]} is empty (sizes: {sizes.tolist()}); every source needs at least "
+                             f"one example")
+        if within not in WITHIN:
+            raise ValueError(f"within must be one of {WITHIN}, got {within!r}")
+        if within == "uniform" and prioritized:
+            raise ValueError("prioritized= options need within='prioritized'")
+        k = len(sizes)
+        self.mixer = SourceMixer(k, **mixer)
+        self.sizes, self.num_sources, self.within = sizes, k, within
+        self.num_examples = int(sizes.sum())
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.members = members  # global indices of source 0, then source 1, ... (source k's j-th: offsets[k] + j)
+        self.source_of = np.empty(self.num_examples, np.int64)
+        self.source_of[members] = np.repeat(np.arange(k), sizes)
+        self.local_of = np.empty(self.num_examples, np.int64)  # an index's position inside its source
+        self.local_of[members] = np.arange(self.num_examples) - np.repeat(self.offsets[:-1], sizes)
+        self.prioritized_options = dict(prioritized or {})
+        self.samplers = [self._source_sampler(j) for j in range(k)] if within == "prioritized" else []
+        self.order = np.zeros(self.num_examples, np.int64)  # per-source permutations (within="uniform")
+        self.cursor = np.zeros(k, np.int64)  # examples handed out of the current permutation, per source
+        self.passes = np.zeros(k, np.int64)  # permutations started, per source
+        if within == "uniform":
+            for j in range(k):
+                self._reshuffle(j)
+        self.drawn = np.zeros(self.num_examples, np.bool_)
+
+    # the mixer's settings, read through the sampler
+    batch_size = property(lambda self: self.mixer.batch_size)
+    seed = property(lambda self: self.mixer.seed)
+    rule = property(lambda self: self.mixer.rule)
+    names = property(lambda self: self.mixer.names)
+    step = property(lambda self: self.mixer.step, doc="batches drawn so far")
+
+    def _source_sampler(self, k: int) -> PrioritizedSampler:
+        options = self.prioritized_options
+        taken = [name for name in _SET_BY_MIXTURE if name in options]
+        if taken:
+            raise ValueError(f"prioritized= must not set {taken}: the mixture draws one index at a time with a seed "
+                             f"of its own, and a mixture batch has no importance weights")
+        seed = int(np.random.SeedSequence([self.seed, k]).generate_state(1)[0])
+        sampler = PrioritizedSampler(int(self.sizes[k]), 1, seed=seed, **options)
+        if "loss" not in sampler.update_rule.value_keywords:
+            raise ValueError(f"within='prioritized' feeds the training loss back as loss=, but the update "
+                             f"{type(sampler.update_rule).__name__} reads {list(sampler.update_rule.value_keywords)}")
+        return sampler
+
+    def _reshuffle(self, k: int) -> None:
+        start, stop = self.offsets[k], self.offsets[k + 1]
+        self.order[start:stop] = np.argsort(uniforms(self.mixer.rng_state, int(stop - start)), kind="stable")
+        self.cursor[k] = 0
+        self.passes[k] += 1
+
+    # ------------------------------------------------------------------ drawing
+    def probabilities(self) -> np.ndarray:
+        """The rule's current weights over the K sources (what the next batch is drawn from)."""
+        return self.mixer.probabilities()
+
+    def draw(self) -> MixtureBatch:
+        """The next global batch (see the module doc)."""
+        sources, weights, step = self.mixer.next_sources()
+        indices = np.empty(len(sources), np.int64)
+        for k in np.unique(sources):
+            slots = np.flatnonzero(sources == k)
+            indices[slots] = self.members[self.offsets[k] + self._take(int(k), len(slots))]
+        self.drawn[indices] = True
+        return MixtureBatch(indices, sources, weights, step)
+
+    def _take(self, k: int, count: int) -> np.ndarray:
+        """``count`` positions inside source k."""
+        if self.within == "prioritized":
+            sampler = self.samplers[k]
+            return np.array([sampler.next_batch().indices[0] for _ in range(count)], np.int64)
+        taken = []
+        while count:
+            if self.cursor[k] == self.sizes[k]:
+                self._reshuffle(k)
+            start = self.offsets[k] + self.cursor[k]
+            n = min(count, int(self.sizes[k] - self.cursor[k]))
+            taken.append(self.order[start:start + n].copy())  # a reshuffle below rewrites the segment
+            self.cursor[k] += n
+            count -= n
+        return np.concatenate(taken)
+
+    # ------------------------------------------------------------------ feedback
+    def check_feedback(self, indices: Any, losses: Any) -> tuple[np.ndarray, np.ndarray]:
+        """`feedback`'s checks alone: (indices, losses) as int64 / float64 arrays, or the error it would raise."""
+        idx = to_numpy(indices.indices if isinstance(indices, MixtureBatch) else indices, "indices")
+        if idx.ndim != 1 or idx.size == 0 or idx.dtype.kind not in "iu":
+            raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {idx.dtype} shape {idx.shape}")
+        idx = idx.astype(np.int64)
+        bad = np.flatnonzero((idx < 0) | (idx >= self.num_examples))
+        if len(bad):
+            raise ValueError(f"indices must lie in [0, {self.num_examples}); indices[{bad[0]}] = {idx[bad[0]]}")
+        never = np.flatnonzero(~self.drawn[idx])
+        if len(never):
+            raise ValueError(f"indices[{never[0]}] = {idx[never[0]]} was never drawn by this sampler")
+        return idx, check_losses(losses, idx.shape, nonnegative=self.within == "prioritized")
+
+    def feedback(self, indices: Any, losses: Any) -> None:
+        """Per-example training losses for indices this sampler drew (numpy or torch, any device; a
+        `MixtureBatch` is taken for its indices). The rule gets one step: per source, the mean loss and count;
+        with ``within="prioritized"`` each source's `PrioritizedSampler` gets its examples' losses (``loss=``).
+
+        Raises a ValueError naming the argument (shape mismatch, a non-finite loss, an index out of range or never
+        drawn; with ``within="prioritized"`` also a negative loss), and then nothing has changed.
+        """
+        idx, values = self.check_feedback(indices, losses)
+        sources = self.source_of[idx]
+        self.mixer.feedback_sources(sources, values)  # the rule checks its arguments before it changes
+        for k in np.flatnonzero(np.bincount(sources, minlength=self.num_sources)) if self.samplers else ():
+            mine = sources == k  # checked above: in range, drawn (so handed out by this source), finite, >= 0
+            self.samplers[k].update(self.local_of[idx[mine]], loss=values[mine])
+
+    # ------------------------------------------------------------------ introspection, checkpoint
+    def stats(self) -> dict[str, Any]:
+        """See `SourceMixer.stats`: weights, per-source counts drawn and fed back, mean feedback loss."""
+        return self.mixer.stats()
+
+    def _config(self) -> dict:
+        return {**self.mixer.config(), "sizes": self.sizes.tolist(),
+                "members": sha256_bytes(self.members.tobytes())[:16], "within": self.within,
+                "prioritized": sorted(self.prioritized_options)}
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue the identical stream: generator, permutations and cursors (or each
+        source's `PrioritizedSampler`), which indices were drawn, counters and the rule's state. Global: the
+        same on every DDP rank and independent of the world size."""
+        return {"version": STATE_VERSION, "config": self._config(), **self.mixer.state_dict(),
+                "order": self.order.copy(), "cursor": self.cursor.copy(), "passes": self.passes.copy(),
+                "drawn": self.drawn.copy(), "sources": [s.state_dict() for s in self.samplers]}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore a `state_dict` of a sampler built the same way (sources, batch size, seed, within, rule);
+        the next `draw` is the one that would have followed. All or nothing: every field is checked first
+        (`InvalidState` names the bad one) and a refused state leaves the sampler as it was."""
+        where = check_header(state, STATE_VERSION, self._config(), "mixture sampler")
+        n, k = self.num_examples, self.num_sources
+        mixer = self.mixer.checked_state(state, where)
+        order = array(state, "order", where, (n,), "iu", np.int64)
+        cursor = array(state, "cursor", where, (k,), "iu", np.int64)
+        passes = array(state, "passes", where, (k,), "iu", np.int64)
+        require(bool(((cursor >= 0) & (cursor <= self.sizes)).all()),
+                f"{where}['cursor'] must lie in [0, size] per source, got {cursor.tolist()}")
+        require(not (passes < 0).any(), f"{where}['passes'] must be >= 0")
+        if self.within == "uniform":
+            for j in range(k):
+                segment = np.sort(order[self.offsets[j]:self.offsets[j + 1]])
+                require(np.array_equal(segment, np.arange(self.sizes[j])),
+                        f"{where}['order'] must hold a permutation of source {j}'s {self.sizes[j]} positions")
+        drawn = array(state, "drawn", where, (n,), "b", np.bool_)
+        sources = field(state, "sources", where)
+        require(isinstance(sources, (list, tuple)) and len(sources) == len(self.samplers),
+                f"{where}['sources'] must be a list of {len(self.samplers)} source sampler states")
+        load_parts([self.rule, *self.samplers], [field(state, "rule", where), *sources], where)
+        # Everything is checked and loaded: from here on nothing can fail.
+        self.mixer.commit(mixer)
+        self.order, self.cursor, self.passes, self.drawn = order, cursor, passes, drawn
