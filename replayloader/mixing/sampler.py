@@ -50,11 +50,14 @@ _SET_BY_MIXTURE = ("num_examples", "batch_size", "seed", "beta")
 @dataclass(frozen=True, eq=False)
 class MixtureBatch:
     """One batch: dataset ``indices`` (int64), the ``sources`` they were drawn from (int64, same length), the
-    mixture ``weights`` over the K sources they were drawn with (float64), and ``step`` (0 for the first draw)."""
+    ``mixture`` over the K sources they were drawn with (float64, sums to 1), and ``step``, the global batch
+    number as in every batch record (the batches drawn before this one). Not ``weights``: in this library a
+    record's ``weights`` are per-example importance weights, and a mixture batch has none (all examples count
+    alike)."""
 
     indices: np.ndarray
     sources: np.ndarray
-    weights: np.ndarray
+    mixture: np.ndarray
     step: int
 
     def __len__(self) -> int:
@@ -70,7 +73,7 @@ class MixtureBatch:
                              f"a multiple of the world size")
         size = len(self) // w
         part = slice(r * size, (r + 1) * size)
-        return MixtureBatch(self.indices[part], self.sources[part], self.weights, self.step)
+        return MixtureBatch(self.indices[part], self.sources[part], self.mixture, self.step)
 
 
 def source_slots(rng: np.ndarray, weights: np.ndarray, batch_size: int) -> np.ndarray:
@@ -392,7 +395,7 @@ class MixtureSampler:
         self.mixer.feedback_sources(sources, values)  # the rule checks its arguments before it changes
         for k in np.flatnonzero(np.bincount(sources, minlength=self.num_sources)) if self.samplers else ():
             mine = sources == k  # checked above: in range, drawn (so handed out by this source), finite, >= 0
-            self.samplers[k].update(self.local_of[idx[mine]], loss=values[mine])
+            self.samplers[k].feedback(self.local_of[idx[mine]], loss=values[mine])
 
     # ------------------------------------------------------------------ introspection, checkpoint
     def stats(self) -> dict[str, Any]:

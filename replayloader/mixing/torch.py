@@ -151,7 +151,7 @@ class MixtureBatchSampler(Sampler[list[int]]):
         resumes on any world size) and the position in the pass."""
         pending = [*self._handed_out, *self._replay]
         return {"mixture": self.mixture.state_dict(), "position": self._position - len(self._handed_out),
-                "pending": [{"indices": b.indices.copy(), "sources": b.sources.copy(), "weights": b.weights.copy(),
+                "pending": [{"indices": b.indices.copy(), "sources": b.sources.copy(), "mixture": b.mixture.copy(),
                              "step": b.step} for b in pending]}
 
     def load_state_dict(self, state: Mapping) -> None:
@@ -169,8 +169,8 @@ class MixtureBatchSampler(Sampler[list[int]]):
                     f"{at}['indices'] must lie in [0, {m.num_examples})")
             sources = array(batch, "sources", at, (m.batch_size,), "iu", np.int64)
             require(np.array_equal(sources, m.source_of[indices]), f"{at}['sources'] must be the indices' sources")
-            weights = array(batch, "weights", at, (m.num_sources,), "f", np.float64)
-            batches.append(MixtureBatch(indices, sources, weights, integer(batch, "step", at, 0)))
+            mixture_used = array(batch, "mixture", at, (m.num_sources,), "f", np.float64)
+            batches.append(MixtureBatch(indices, sources, mixture_used, integer(batch, "step", at, 0)))
         position = integer(state, "position", where, 0, self.num_batches - len(batches))
         mixture = field(state, "mixture", where)
         if self.world is None:

@@ -50,7 +50,7 @@ def train(batches: MixtureBatchSampler, steps: int, on_step=None) -> list[dict]:
             assert received.tolist() == info.indices.tolist()
             batches.feedback(info, torch.as_tensor(loss_of(info.indices, info.step)))
             seen.append({"indices": info.indices.tolist(), "sources": info.sources.tolist(),
-                         "weights": info.weights.tolist(), "step": info.step})
+                         "mixture": info.mixture.tolist(), "step": info.step})
             if on_step is not None:
                 on_step(len(seen))
             if len(seen) == steps:
@@ -62,4 +62,4 @@ def assemble(shares: list[list[dict]]) -> list[dict]:
     """Ranks' slices (rank order) as the global batches they came from."""
     return [{"indices": [j for s in shares for j in s[i]["indices"]],
              "sources": [k for s in shares for k in s[i]["sources"]],
-             "weights": shares[0][i]["weights"], "step": shares[0][i]["step"]} for i in range(len(shares[0]))]
+             "mixture": shares[0][i]["mixture"], "step": shares[0][i]["step"]} for i in range(len(shares[0]))]

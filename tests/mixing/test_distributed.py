@@ -43,11 +43,11 @@ def test_two_ranks_draw_the_one_process_mixture_and_keep_identical_weights(launc
     _, reports = launched
     shares = [r["mixture"]["uninterrupted"] for r in reports]
     assert [len(b["indices"]) for b in shares[0]] == [sc.BATCH // 2] * sc.TOTAL
-    assert [b["weights"] for b in shares[0]] == [b["weights"] for b in shares[1]]  # the same mixture, each step
-    assert sc.assemble(shares) == one_process  # indices, sources and weights, bit for bit
+    assert [b["mixture"] for b in shares[0]] == [b["mixture"] for b in shares[1]]  # the same mixture, each step
+    assert sc.assemble(shares) == one_process  # indices, sources and mixtures, bit for bit
     assert reports[0]["mixture"]["digest"] == reports[1]["mixture"]["digest"]
     assert reports[0]["mixture"]["probabilities"] == reports[1]["mixture"]["probabilities"]
-    assert len({tuple(b["weights"]) for b in one_process}) > 3  # the feedback moved the weights
+    assert len({tuple(b["mixture"]) for b in one_process}) > 3  # the feedback moved the weights
 
 
 def test_a_two_rank_checkpoint_resumes_on_two_ranks_and_in_one_process(launched, one_process):

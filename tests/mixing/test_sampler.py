@@ -32,7 +32,7 @@ def same_batches(a, b):
     for x, y in zip(a, b):
         np.testing.assert_array_equal(x.indices, y.indices)
         np.testing.assert_array_equal(x.sources, y.sources)
-        np.testing.assert_array_equal(x.weights, y.weights)
+        np.testing.assert_array_equal(x.mixture, y.mixture)
         assert x.step == y.step
 
 
@@ -45,9 +45,9 @@ def test_source_counts_follow_the_weights_within_binomial_bounds():
     assert n == 300 * 64
     assert (np.abs(counts - n * p) <= 4.5 * np.sqrt(n * p * (1 - p))).all(), counts
     for b in batches:
-        np.testing.assert_array_equal(b.weights, p)
+        np.testing.assert_array_equal(b.mixture, p)
         np.testing.assert_array_equal(sampler.source_of[b.indices], b.sources)
-        assert b.indices.dtype == np.int64 and b.sources.dtype == np.int64 and b.weights.dtype == np.float64
+        assert b.indices.dtype == np.int64 and b.sources.dtype == np.int64 and b.mixture.dtype == np.float64
     np.testing.assert_array_equal(sampler.stats()["drawn"], counts)
 
 
@@ -236,7 +236,7 @@ def test_slices_of_two_ranks_concatenated_are_the_one_process_batch_with_the_sam
         whole = one.draw()
         parts = [r.draw().share(rank, 2) for rank, r in enumerate(ranks)]
         joined = MixtureBatch(np.concatenate([p.indices for p in parts]), np.concatenate([p.sources for p in parts]),
-                              parts[0].weights, parts[0].step)
+                              parts[0].mixture, parts[0].step)
         same_batches([joined], [whole])
         losses = loss_of(whole.indices, whole.step)
         one.feedback(whole.indices, losses)
@@ -256,7 +256,7 @@ def test_the_log_has_one_line_per_logged_step_with_the_weights_by_name(tmp_path)
     assert [line["step"] for line in lines] == [0, 3, 6, 9]
     for line in lines:
         assert list(line["weights"]) == ["web", "code"]
-        assert list(line["weights"].values()) == batches[line["step"]].weights.tolist()
+        assert list(line["weights"].values()) == batches[line["step"]].mixture.tolist()
 
 
 @settings(max_examples=20, deadline=None)
