@@ -303,6 +303,97 @@ class Rho:
         return chosen.indices, None, len(candidates), None
 
 
+class RhoReuse:
+    """rho-reuse4: the library's `ReusedPool` (default hand-out: the pool's top m·n_b rows, n_b per step): one
+    scored pool of n_B feeds m steps; the steps between pools draw and score nothing."""
+
+    def __init__(self, n: int, il: np.ndarray, cfg: Config, seed: int) -> None:
+        from replayloader.selection.reuse import ReusedPool
+        sampler = PrioritizedSampler(n, cfg.pool, alpha=0.0, warmup_epochs=1 << 30, seed=seed)
+        self.pool = ReusedPool(Selector(TopK(cfg.batch), ReducibleLoss(il), seed=seed), steps=cfg.reuse)
+        self.select = ScoreThenSelect(sampler, self.pool, refresh=False)
+
+    def step(self, model, data):
+        if self.pool.pending_steps:
+            return self.pool.next_step().indices, None, 0, None
+        candidates = self.select.next_candidates()
+        with torch.no_grad():
+            losses = per_example_loss(model, data.train_x, data.train_y, candidates.indices)
+        chosen = self.select.choose(candidates, losses)
+        return chosen.indices, None, len(candidates), None
+
+    def stats(self) -> dict:
+        return {k: float(v) for k, v in self.pool.stats().items()}
+
+
+class StaleTree:
+    """stale-tree: the library's `stale_reducible_sampler` (weights = max(training loss − IL, 0) + floor from the
+    trained rows' own training forward; unseen rows at max(ln 2 − IL, 0) + floor, ln 2 being the loss of the
+    untrained model) and its periodic refresh: every ``stale_refresh_every`` steps the ``stale_refresh_rows``
+    stalest rows are rescored (one no-grad forward, counted as scoring rows) and fed back."""
+
+    def __init__(self, n: int, il: np.ndarray, cfg: Config, seed: int) -> None:
+        from replayloader.selection.stale import stale_reducible_sampler, stale_rows
+        self.sampler = stale_reducible_sampler(il, batch_size=cfg.batch, initial_loss=float(np.log(2.0)), seed=seed)
+        self.stale_rows, self.cfg, self.count = stale_rows, cfg, 0
+
+    def step(self, model, data):
+        self.count += 1
+        scored = 0
+        if self.count % self.cfg.stale_refresh_every == 0:
+            rows_ = self.stale_rows(self.sampler, self.cfg.stale_refresh_rows)
+            if len(rows_):
+                with torch.no_grad():
+                    fresh = per_example_loss(model, data.train_x, data.train_y, rows_).numpy()
+                self.sampler.feedback(rows_, loss=fresh)
+                scored = len(rows_)
+        batch = self.sampler.next_batch()
+
+        def feedback(losses):
+            self.sampler.feedback(batch, loss=losses.numpy())
+            return 0  # the trained rows' own forward: no extra scoring
+
+        return batch.indices, None, scored, feedback
+
+    def stats(self) -> dict:
+        return {k: float(v) for k, v in self.sampler.stats().items()}
+
+
+class Switch:
+    """switch: the library's `SelectionSwitch` (its defaults) over rho (top 32 of 320 uniform candidates by
+    reducible loss). In a uniform window it trains 32 uniform rows of the drawn candidates and scores nothing."""
+
+    def __init__(self, n: int, il: np.ndarray, cfg: Config, seed: int) -> None:
+        from replayloader.selection.switch import SelectionSwitch
+        sampler = PrioritizedSampler(n, cfg.pool, alpha=0.0, warmup_epochs=1 << 30, seed=seed)
+        self.switch = SelectionSwitch(Selector(TopK(cfg.batch), ReducibleLoss(il), seed=seed))
+        self.select = ScoreThenSelect(sampler, self.switch, refresh=False)
+
+    def step(self, model, data):
+        candidates = self.select.next_candidates()
+        if self.switch.selecting:
+            with torch.no_grad():
+                losses = per_example_loss(model, data.train_x, data.train_y, candidates.indices)
+            chosen = self.select.choose(candidates, losses)
+
+            def done(_):
+                self.switch.step_done()
+                return 0
+
+            return chosen.indices, None, len(candidates), done
+        chosen = self.switch.uniform(candidates)
+
+        def done_uniform(trained_losses):
+            self.switch.step_done(trained_losses.numpy())
+            return 0
+
+        return chosen.indices, None, 0, done_uniform
+
+    def stats(self) -> dict:
+        return {k: (v if isinstance(v, (str, bool)) else float(v)) for k, v in self.switch.stats().items()
+                if isinstance(v, (str, bool, int, float, np.floating, np.integer))}
+
+
 LIBRARY: dict = {}
 
 
@@ -321,6 +412,12 @@ def make_arm(arm: str, n: int, il: np.ndarray, cfg: Config, seed: int):
         return Rho(n, cfg.recommended_pool, il, cfg, seed)
     if arm == "pilot-rho-cheapil":
         return Rho(n, cfg.pool, il, cfg, seed)
+    if arm == "rho-reuse4":
+        return RhoReuse(n, il, cfg, seed)
+    if arm == "stale-tree":
+        return StaleTree(n, il, cfg, seed)
+    if arm == "switch":
+        return Switch(n, il, cfg, seed)
     raise LibraryPartMissing(f"arm {arm!r}: its library part is not wired in yet")
 
 
@@ -349,7 +446,7 @@ def run(arm: str, seed: int, data: Data, ils: dict, cfg: Config, out: Path) -> s
         loss.backward()
         optimizer.step()
         if feedback is not None:
-            n_scored += feedback(losses.detach()) or 0
+            n_scored += feedback(losses.detach())
         cpu += time.process_time() - c0
         wall += time.perf_counter() - w0
         scored += n_scored
