@@ -54,6 +54,7 @@ from replayloader.selection import ReducibleLoss, Selector, TopK  # noqa: E402
 from replayloader.selection.score_then_select import ScoreThenSelect  # noqa: E402
 
 ARMS = ("uniform", "rho", "rho-pool128", "rho-reuse4", "stale-tree", "switch", "recommended")
+TF_ARMS = ("tf-uniform", "tf-rho", "tf-pool64")  # stretch: the small-transformer regime (protocol section)
 PILOT_ARMS = ("pilot-rho-cheapil", "pilot-pool128-cheapil", "pilot-pool64-cheapil")  # pilot only (seeds >= 100), never in the results
 OUT = ROOT / "results" / "selection"
 
@@ -84,6 +85,17 @@ class Config:
     cheap_il_eval_every: int = 15
     flip_seed: int = 12345
     split_seed: int = 2026
+    # the small transformer (stretch): hashed unigram tokens, learned positions, mean-pooled encoder
+    tf_vocab: int = 1 << 15
+    tf_dim: int = 64
+    tf_heads: int = 4
+    tf_layers: int = 2
+    tf_ff: int = 128
+    tf_max_len: int = 48
+    tf_lr: float = 3e-3
+    tf_steps: int = 1000  # the transformer's budget per run
+    tf_eval_every: int = 20
+    tf_stop_at: float = 0.70  # a transformer run stops at its first evaluation >= this (its highest target)
     stale_refresh_every: int = 50  # stale-tree: steps between periodic refreshes
     stale_refresh_rows: int = 320  # stale-tree: rows rescored per refresh
 
@@ -128,21 +140,29 @@ class Data:
     dev_y: np.ndarray
 
 
-def load_data(root: Path, cfg: Config) -> Data:
+def hashed_tokens(sentence: str, vocab: int, max_len: int) -> list[int]:
+    """Hashed lowercase unigrams in order (crc32), at most ``max_len``; 0 is padding, an empty phrase is [1]."""
+    words = sentence.lower().split()[:max_len]
+    return [1 + zlib.crc32(w.encode()) % (vocab - 1) for w in words] or [1]
+
+
+def load_data(root: Path, cfg: Config, tokens: bool = False) -> Data:
     sentences, labels = read_tsv(root / "glue" / "SST-2" / "train.tsv")
     dev_sentences, dev_y = read_tsv(root / "glue" / "SST-2" / "dev.tsv")
     n = len(labels)
     flipped = np.zeros(n, bool)
     flipped[np.random.default_rng(cfg.flip_seed).permutation(n)[: round(cfg.noise * n)]] = True
     noisy = np.where(flipped, 1 - labels, labels)
-    x = padded([hashed_features(s, cfg.buckets) for s in sentences])
+    featurize = ((lambda s: hashed_tokens(s, cfg.tf_vocab, cfg.tf_max_len)) if tokens
+                 else (lambda s: hashed_features(s, cfg.buckets)))
+    x = padded([featurize(s) for s in sentences])
     order = np.random.default_rng(cfg.split_seed).permutation(n)
     n_held = round(cfg.holdout * n)
     held, train = order[:n_held], np.sort(order[n_held:])
     n_val = round(cfg.il_val * n_held)
     val, fit = np.sort(held[:n_val]), np.sort(held[n_val:])
     return Data(x[train], noisy[train], flipped[train], x[fit], noisy[fit], x[val], noisy[val],
-                padded([hashed_features(s, cfg.buckets) for s in dev_sentences]), dev_y)
+                padded([featurize(s) for s in dev_sentences]), dev_y)
 
 
 def rows(x: np.ndarray, index: np.ndarray) -> torch.Tensor:
@@ -179,8 +199,35 @@ class Optimizers:
             part.step()
 
 
-def make_model(cfg: Config, seed: int) -> tuple[BagOfNgrams, Optimizers]:
+class TinyEncoder(torch.nn.Module):
+    """A 2-layer transformer encoder over hashed unigram tokens, mean-pooled over the real tokens, linear head."""
+
+    def __init__(self, cfg: Config) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(cfg.tf_vocab, cfg.tf_dim, padding_idx=0, sparse=True)
+        self.pos = torch.nn.Parameter(0.02 * torch.randn(cfg.tf_max_len, cfg.tf_dim))
+        layer = torch.nn.TransformerEncoderLayer(cfg.tf_dim, cfg.tf_heads, cfg.tf_ff, dropout=0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, cfg.tf_layers, enable_nested_tensor=False)
+        self.out = torch.nn.Linear(cfg.tf_dim, 2)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        pad = ids == 0
+        h = self.encoder(self.embed(ids) + self.pos[: ids.shape[1]], src_key_padding_mask=pad)
+        keep = (~pad).unsqueeze(-1).to(h.dtype)
+        return self.out((h * keep).sum(1) / keep.sum(1).clamp(min=1.0))
+
+
+class TfOptimizers(Optimizers):
+    def __init__(self, model: TinyEncoder, lr: float) -> None:
+        rest = [p for name, p in model.named_parameters() if not name.startswith("embed.")]
+        self.parts = [torch.optim.SparseAdam(model.embed.parameters(), lr=lr), torch.optim.Adam(rest, lr=lr)]
+
+
+def make_model(cfg: Config, seed: int, transformer: bool = False):
     torch.manual_seed(seed)
+    if transformer:
+        model = TinyEncoder(cfg)
+        return model, TfOptimizers(model, cfg.tf_lr)
     model = BagOfNgrams(cfg)
     return model, Optimizers(model, cfg.lr)
 
@@ -402,8 +449,12 @@ class LibraryPartMissing(RuntimeError):
 
 
 def make_arm(arm: str, n: int, il: np.ndarray, cfg: Config, seed: int):
-    if arm == "uniform":
+    if arm in ("uniform", "tf-uniform"):
         return Uniform(n, cfg, seed)
+    if arm == "tf-rho":
+        return Rho(n, cfg.pool, il, cfg, seed)
+    if arm == "tf-pool64":
+        return Rho(n, cfg.recommended_pool, il, cfg, seed)
     if arm == "rho":
         return Rho(n, cfg.pool, il, cfg, seed)
     if arm in ("rho-pool128", "pilot-pool128-cheapil"):
@@ -423,7 +474,8 @@ def make_arm(arm: str, n: int, il: np.ndarray, cfg: Config, seed: int):
 
 # ------------------------------------------------------------------------------------------------ one run
 IL_OF = {"recommended": "cheap", "pilot-rho-cheapil": "cheap", "pilot-pool128-cheapil": "cheap",
-         "pilot-pool64-cheapil": "cheap"}  # every other arm: the full IL model
+         "pilot-pool64-cheapil": "cheap",
+         "tf-rho": "cheap", "tf-pool64": "cheap"}  # every other arm: the full IL model
 
 
 def run(arm: str, seed: int, data: Data, ils: dict, cfg: Config, out: Path) -> str:
@@ -432,7 +484,11 @@ def run(arm: str, seed: int, data: Data, ils: dict, cfg: Config, out: Path) -> s
     if path.exists():
         return f"{path.name}: exists, skipped"
     il, il_meta = ils[IL_OF.get(arm, "full")]
-    model, optimizer = make_model(cfg, seed)
+    transformer = arm.startswith("tf-")
+    if transformer:
+        data = data.tokens()
+        cfg = replace(cfg, steps=cfg.tf_steps, eval_every=cfg.tf_eval_every)
+    model, optimizer = make_model(cfg, seed, transformer)
     strategy = make_arm(arm, len(data.train_x), il, cfg, seed)
     curve = []
     cpu = wall = 0.0
@@ -456,10 +512,12 @@ def run(arm: str, seed: int, data: Data, ils: dict, cfg: Config, out: Path) -> s
             curve.append({"step": step, "cpu_s": cpu, "wall_s": wall, "dev_accuracy": accuracy(model, data.dev_x,
                                                                                                  data.dev_y),
                           "scored_rows": scored, "trained_rows": trained})
+            if transformer and curve[-1]["dev_accuracy"] >= cfg.tf_stop_at:
+                break  # the stretch's highest target reached: nothing left to measure
     record = {"arm": arm, "seed": seed, "config": asdict(cfg), "n_train": len(data.train_x),
               "n_dev": len(data.dev_x), "il": {k: il_meta[k] for k in (
                   "variant", "cpu_s", "wall_s", "train_cpu_s", "score_cpu_s", "heldout_slice_accuracy", "digest")},
-              "uses_il": arm != "uniform", "curve": curve, "scoring_forward_rows": scored, "trained_rows": trained,
+              "uses_il": arm not in ("uniform", "tf-uniform"), "curve": curve, "scoring_forward_rows": scored, "trained_rows": trained,
               "selected_mislabelled_share": mislabelled / trained,
               "arm_stats": strategy.stats() if hasattr(strategy, "stats") else None,
               "machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -487,7 +545,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", help="folder holding glue/SST-2/ (default: $REPLAYLOADER_DATA)")
     parser.add_argument("--out", type=Path, default=OUT, help="results folder (records go to OUT/runs/)")
-    parser.add_argument("--arms", nargs="+", choices=ARMS + PILOT_ARMS, default=list(ARMS))
+    parser.add_argument("--arms", nargs="+", choices=ARMS + TF_ARMS + PILOT_ARMS, default=list(ARMS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--steps", type=int, default=Config.steps)
     parser.add_argument("--il-only", action="store_true", help="fit (or load) the IL model, print it, stop")
@@ -496,7 +554,10 @@ def main(argv: list[str] | None = None) -> None:
     global LIBRARY
     LIBRARY = library_state()
     cfg = Config(steps=args.steps)
-    data = load_data(data_dir(args.data_dir), cfg)
+    root = data_dir(args.data_dir)
+    data = load_data(root, cfg)
+    data.tokens = lambda cache={}: (cache["d"] if "d" in cache else   # the transformer's tokens, same split
+                                    cache.setdefault("d", load_data(root, cfg, tokens=True)))
     ils = {}
     for variant in ("full", "cheap"):
         ils[variant] = il_losses(data, cfg, variant, args.out)

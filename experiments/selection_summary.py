@@ -25,11 +25,14 @@ from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 ARMS = ("uniform", "rho", "rho-pool128", "rho-reuse4", "stale-tree", "switch", "recommended")
+TF_ARMS = ("tf-uniform", "tf-rho", "tf-pool64")  # stretch: the small-transformer regime, its own family
 PRIMARY_TARGET = 0.74
 TARGETS = (0.70, 0.72, 0.74)
 AMORTIZE = 5  # runs sharing one IL model (one per data/noise split, reused across the 5 seeds)
 GOAL_RATIO = 0.67
 GOAL_P = 0.01
+TF_TARGET = 0.65  # the stretch regime's primary target (fixed in the protocol's stretch section)
+TF_SECONDARY = 0.70
 
 
 def load(folder: Path) -> dict[tuple[str, int], dict]:
@@ -102,16 +105,17 @@ def mean_sd(values, digits: int = 2) -> str:
         f"{values.mean():.{digits}f}"
 
 
-def comparisons(runs: dict, arms: list[str], target: float, mode: str, clock: str = "cpu_s") -> dict[str, dict]:
+def comparisons(runs: dict, arms: list[str], target: float, mode: str, clock: str = "cpu_s",
+                base: str = "uniform") -> dict[str, dict]:
     out = {}
     for arm in arms:
-        seeds = sorted(s for (a, s) in runs if a == arm and ("uniform", s) in runs)
+        seeds = sorted(s for (a, s) in runs if a == arm and (base, s) in runs)
         if not seeds:
             continue
         a = np.array([value(runs[arm, s], target, mode, clock) for s in seeds])
-        b = np.array([value(runs["uniform", s], target, mode, clock) for s in seeds])
+        b = np.array([value(runs[base, s], target, mode, clock) for s in seeds])
         censored = sum(not to_target(runs[arm, s], target)[2] for s in seeds)
-        base_censored = sum(not to_target(runs["uniform", s], target)[2] for s in seeds)
+        base_censored = sum(not to_target(runs[base, s], target)[2] for s in seeds)
         out[arm] = {**paired(a, b), "seeds": seeds, "arm_mean": a.mean(), "base_mean": b.mean(),
                     "censored": censored, "base_censored": base_censored}
     return out
@@ -135,8 +139,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default=None, help="output file ('-': print only; default DIR/summary.md)")
     args = parser.parse_args(argv)
     runs = load(args.dir)
-    present = sorted({a for a, _ in runs}, key=lambda a: (ARMS.index(a) if a in ARMS else 99, a))
-    arms = [a for a in present if a != "uniform"]
+    order = ARMS + TF_ARMS
+    present = sorted({a for a, _ in runs}, key=lambda a: (order.index(a) if a in order else 99, a))
+    arms = [a for a in present if a != "uniform" and a not in TF_ARMS]
+    tf_arms = [a for a in present if a in TF_ARMS and a != "tf-uniform"]
+    missing = [a for a in ARMS if a not in present]
     lines = ["# Selection that pays in wall time? Results (issue 28)", "",
              "Computed by `python experiments/selection_summary.py` from the run records in "
              f"`{args.dir.relative_to(ROOT) if args.dir.is_relative_to(ROOT) else args.dir}/runs/` only "
@@ -157,6 +164,8 @@ def main(argv: list[str] | None = None) -> None:
         for r in runs.values():
             if r.get("uses_il"):
                 ils[r["il"]["digest"]] = r["il"]
+        if missing:
+            lines += [f"Arms of the protocol without records (dropped or not run): {', '.join(missing)}.", ""]
         uniform_runs = [r for (a, _), r in runs.items() if a == "uniform"]
         u074 = np.mean([to_target(r, PRIMARY_TARGET)[0] for r in uniform_runs]) if uniform_runs else math.nan
         u_end = np.mean([r["curve"][-1]["cpu_s"] for r in uniform_runs]) if uniform_runs else math.nan
@@ -189,6 +198,7 @@ def main(argv: list[str] | None = None) -> None:
                   f"the log ratio, H0 ratio >= {GOAL_RATIO}, Holm-adjusted; the goal is met where that adjusted "
                   f"p < {GOAL_P}. Censored runs enter with their whole run's CPU seconds; the last column counts "
                   "them (arm / uniform).", "",
+                  *(["Arms compared here: " + ", ".join(names) + "."] if len(names) != 6 else []),
                   *table(head + ["Holm p", f"Holm p (ratio < {GOAL_RATIO})", "censored"],
                          comparison_rows(primary, adjusted)), ""]
         met = [a for a in names if adjusted[a]["p_goal"] < GOAL_P]
@@ -205,6 +215,47 @@ def main(argv: list[str] | None = None) -> None:
                 ("CPU s to 0.70, IL cost amortized over 5 runs", 0.70, "amortized", "cpu_s")]:
             lines += [f"### Secondary (unadjusted): {title}", "",
                       *table(head + ["censored"], comparison_rows(comparisons(runs, arms, target, mode, clock))), ""]
+        # ------------------------------------------------------------------ stretch: transformer
+        if tf_arms:
+            tf_target = TF_TARGET
+            tf = comparisons(runs, tf_arms, tf_target, "once", base="tf-uniform")
+            tf_names = list(tf)
+            tf_p, tf_goal = holm([tf[a]["p"] for a in tf_names]), holm([tf[a]["p_goal"] for a in tf_names])
+            tf_adj = {a: {"p": tf_p[i], "p_goal": tf_goal[i]} for i, a in enumerate(tf_names)}
+            tf_u = [r for (a, _), r in runs.items() if a == "tf-uniform"]
+            tf_u_t = np.mean([to_target(r, tf_target)[0] for r in tf_u])
+            il_fracs = sorted({f"{r['il']['variant']} IL {r['il']['cpu_s']:.2f} CPU s = "
+                               f"{r['il']['cpu_s'] / tf_u_t:.2f}x tf-uniform's mean CPU s to {tf_target}"
+                               for (a, _), r in runs.items() if a in tf_arms})
+            lines += [f"## Stretch: small-transformer regime, CPU seconds to dev accuracy {tf_target}, IL counted once",
+                      "", "Its own family (" + ", ".join(tf_names) + " vs tf-uniform), Holm-adjusted; the IL model is "
+                      "the cheap bag model (" + "; ".join(il_fracs) + ").", "",
+                      *table(head + ["Holm p", f"Holm p (ratio < {GOAL_RATIO})", "censored"],
+                             comparison_rows(tf, tf_adj)), ""]
+            for title, target, mode, clock in [
+                    ("IL amortized over 5 runs", tf_target, "amortized", "cpu_s"),
+                    ("IL left out", tf_target, "none", "cpu_s"), ("IL once, wall seconds", tf_target, "once", "wall_s"),
+                    ("IL once", TF_SECONDARY, "once", "cpu_s"), ("IL amortized", TF_SECONDARY, "amortized", "cpu_s")]:
+                lines += [f"### Stretch, secondary (unadjusted): {'CPU' if clock == 'cpu_s' else 'wall'} s to "
+                          f"{target}, {title}", "",
+                          *table(head + ["censored"], comparison_rows(
+                              comparisons(runs, tf_arms, target, mode, clock, base="tf-uniform"))), ""]
+        # ------------------------------------------------------------------ timing control
+        control = load(args.dir / "timing_control") if (args.dir / "timing_control" / "runs").exists() else {}
+        if control:
+            rows_ = []
+            for (arm, seed), r in sorted(control.items()):
+                if (arm, seed) in runs:
+                    orig = runs[arm, seed]
+                    ms = [1000 * x["curve"][-1]["cpu_s"] / x["curve"][-1]["step"] for x in (orig, r)]
+                    rows_.append([arm, str(seed), orig["date"], f"{ms[0]:.2f}", r["date"], f"{ms[1]:.2f}",
+                                  f"{ms[1] / ms[0]:.2f}", f"{to_target(orig, PRIMARY_TARGET)[0]:.2f}",
+                                  f"{to_target(r, PRIMARY_TARGET)[0]:.2f}"])
+            lines += ["## Timing control (information, not in any test)", "",
+                      "The same runs repeated later in another process (`timing_control/runs/`), to show how much "
+                      "the shared machine's load moved CPU seconds between the batches of runs.", "",
+                      *table(["arm", "seed", "record date", "CPU ms/step", "repeat date", "CPU ms/step",
+                              "repeat / record", "CPU s to 0.74 (record)", "CPU s to 0.74 (repeat)"], rows_), ""]
         # ------------------------------------------------------------------ descriptive
         desc = []
         for arm in present:
