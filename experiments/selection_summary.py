@@ -257,24 +257,46 @@ def main(argv: list[str] | None = None) -> None:
                       *table(["arm", "seed", "record date", "CPU ms/step", "repeat date", "CPU ms/step",
                               "repeat / record", "CPU s to 0.74 (record)", "CPU s to 0.74 (repeat)"], rows_), ""]
         # ------------------------------------------------------------------ descriptive
-        desc = []
-        for arm in present:
-            rs = [runs[arm, s] for (a, s) in sorted(runs) if a == arm]
-            steps = {t: [to_target(r, t)[1] for r in rs] for t in TARGETS}
-            reached = {t: sum(to_target(r, t)[2] for r in rs) for t in TARGETS}
-            desc.append([arm, str(len(rs))] + [f"{mean_sd(steps[t], 0)} ({reached[t]}/{len(rs)})" for t in TARGETS]
-                        + [mean_sd([1000 * r["curve"][-1]["cpu_s"] / r["curve"][-1]["step"] for r in rs]),
-                           mean_sd([r["scoring_forward_rows"] / r["trained_rows"] for r in rs]),
-                           mean_sd([max(c["dev_accuracy"] for c in r["curve"]) for r in rs], 3),
-                           mean_sd([r["curve"][-1]["dev_accuracy"] for r in rs], 3),
-                           mean_sd([r["selected_mislabelled_share"] for r in rs], 3)])
+        def desc_rows(group, targets):
+            out_rows = []
+            for arm in group:
+                rs = [runs[arm, s] for (a, s) in sorted(runs) if a == arm]
+                steps = {t: [to_target(r, t)[1] for r in rs] for t in targets}
+                reached = {t: sum(to_target(r, t)[2] for r in rs) for t in targets}
+                out_rows.append([arm, str(len(rs))] + [f"{mean_sd(steps[t], 0)} ({reached[t]}/{len(rs)})"
+                                                        for t in targets] + tail(rs))
+            return out_rows
+
+        def tail(rs):
+            return [mean_sd([1000 * r["curve"][-1]["cpu_s"] / r["curve"][-1]["step"] for r in rs]),
+                    mean_sd([r["scoring_forward_rows"] / r["trained_rows"] for r in rs]),
+                    mean_sd([max(c["dev_accuracy"] for c in r["curve"]) for r in rs], 3),
+                    mean_sd([r["curve"][-1]["dev_accuracy"] for r in rs], 3),
+                    mean_sd([r["selected_mislabelled_share"] for r in rs], 3)]
+
+        tail_head = ["CPU ms / step", "scored / trained rows", "peak acc", "final acc", "flipped share"]
+        bag_group = [a for a in present if a not in TF_ARMS]
+        tf_group = [a for a in present if a in TF_ARMS]
         lines += ["## Per arm (mean ± sd over seeds)", "",
                   "Steps to each target (the budget where never reached; reached / runs in brackets), training CPU "
                   "ms per step, scoring-forward rows per trained row, peak and final dev accuracy, share of "
                   "trained rows whose label was flipped (20% of the training split).", "",
-                  *table(["arm", "runs"] + [f"steps to {t}" for t in TARGETS] +
-                         ["CPU ms / step", "scored / trained rows", "peak acc", "final acc", "flipped share"], desc),
-                  ""]
+                  *table(["arm", "runs"] + [f"steps to {t}" for t in TARGETS] + tail_head,
+                         desc_rows(bag_group, TARGETS)), ""]
+        switch_runs = [r for (a, _), r in sorted(runs.items()) if a == "switch" and r.get("arm_stats")]
+        if switch_runs:
+            st = [r["arm_stats"] for r in switch_runs]
+            lines += ["`switch` (its own stats): share of steps that selected " +
+                      mean_sd([x["selecting_fraction"] for x in st]) + f"; turned off for good in "
+                      f"{sum(bool(x['stopped']) for x in st)} of {len(st)} runs, at window(s) " +
+                      ", ".join(x["reason"].split(":")[0].replace("window ", "") for x in st if x["stopped"]) +
+                      f" of {switch_runs[0]['config']['steps'] // 20} (20 steps each); switches per run " +
+                      mean_sd([x["switches"] for x in st], 1) + ".", ""]
+        if tf_group:
+            lines += ["Stretch (transformer): a run stops at its first evaluation >= 0.70, so 'final acc' is the "
+                      "accuracy where it stopped (the budget, 1,000 steps, for a run that never got there).", "",
+                      *table(["arm", "runs"] + [f"steps to {t}" for t in (TF_TARGET, TF_SECONDARY)] + tail_head,
+                             desc_rows(tf_group, (TF_TARGET, TF_SECONDARY))), ""]
     text = "\n".join(lines)
     if args.out == "-":
         print(text)
