@@ -15,8 +15,9 @@ from . import _moved, strategies
 from .buffer import ReplayBuffer, Sample
 from .loader import RateLimiter, RateLimitTimeout, LimiterClosed, ReplayBatch, ReplayDataLoader, WorkerError
 from .sampler import LinearSchedule, PrioritizedSampler, SampledBatch
-from .selection import (BufferScoreThenSelect, Proportional, ReducibleLoss, ScoreThenSelect, SelectiveBackprop,
-                        Selector, TopK, TrainingLoss, irreducible_losses)
+from .selection import (BufferScoreThenSelect, Proportional, ReducibleLoss, ReusedPool, ScoreThenSelect,
+                        SelectionSwitch, SelectiveBackprop, Selector, TopK, TrainingLoss, fit_irreducible,
+                        irreducible_losses)
 from .state import InvalidState, StateFileError, load_state, save_state
 
 __version__ = "1.0.0"
@@ -25,12 +26,14 @@ _moved.install()
 
 _NEEDS_TORCH = {"PrioritizedBatchSampler": "replayloader.torch", "CandidateBatchSampler": "replayloader.torch",
                 "DistributedPrioritizedSampler": "replayloader.distributed",
-                "DistributedScoreThenSelect": "replayloader.distributed"}
+                "DistributedScoreThenSelect": "replayloader.distributed",
+                "BackgroundScorer": "replayloader.torch", "ProxyScorer": "replayloader.torch"}
 
 __all__ = ["ReplayBuffer", "Sample", "ReplayDataLoader", "ReplayBatch", "strategies", "RateLimiter",
            "RateLimitTimeout", "LimiterClosed", "WorkerError", "PrioritizedSampler", "SampledBatch",
            "LinearSchedule", "Selector", "TopK", "Proportional", "SelectiveBackprop", "TrainingLoss",
-           "ReducibleLoss", "ScoreThenSelect", "BufferScoreThenSelect", "irreducible_losses", "InvalidState",
+           "ReducibleLoss", "ScoreThenSelect", "BufferScoreThenSelect", "irreducible_losses", "fit_irreducible",
+           "ReusedPool", "SelectionSwitch", "InvalidState",
            "StateFileError", "save_state", "load_state", *_NEEDS_TORCH, "__version__"]
 
 
