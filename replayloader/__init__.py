@@ -17,8 +17,9 @@ from . import _moved, strategies
 from .buffer import ReplayBuffer, Sample
 from .loader import RateLimiter, RateLimitTimeout, LimiterClosed, ReplayBatch, ReplayDataLoader, WorkerError
 from .sampler import LinearSchedule, PrioritizedSampler, SampledBatch
-from .selection import (BufferScoreThenSelect, Proportional, ReducibleLoss, ScoreThenSelect, SelectiveBackprop,
-                        Selector, TopK, TrainingLoss, irreducible_losses)
+from .selection import (BufferScoreThenSelect, Proportional, ReducibleLoss, ReusedPool, ScoreThenSelect,
+                        SelectionSwitch, SelectiveBackprop, Selector, TopK, TrainingLoss, fit_irreducible,
+                        irreducible_losses)
 from .mixing import ODM, ExcessLoss, FixedMixture, MixtureBatch, MixtureSampler
 from .state import InvalidState, StateFileError, load_state, save_state
 
@@ -29,15 +30,16 @@ _moved.install()
 _NEEDS_TORCH = {"PrioritizedBatchSampler": "replayloader.torch", "CandidateBatchSampler": "replayloader.torch",
                 "DistributedPrioritizedSampler": "replayloader.distributed",
                 "DistributedScoreThenSelect": "replayloader.distributed",
+                "BackgroundScorer": "replayloader.torch", "ProxyScorer": "replayloader.torch",
                 "MixtureBatchSampler": "replayloader.mixing.torch", "MixtureIterableDataset": "replayloader.mixing.torch",
                 "concat_sources": "replayloader.mixing.torch"}
 
 __all__ = ["ReplayBuffer", "Sample", "ReplayDataLoader", "ReplayBatch", "strategies", "RateLimiter",
            "RateLimitTimeout", "LimiterClosed", "WorkerError", "PrioritizedSampler", "SampledBatch",
            "LinearSchedule", "Selector", "TopK", "Proportional", "SelectiveBackprop", "TrainingLoss",
-           "ReducibleLoss", "ScoreThenSelect", "BufferScoreThenSelect", "irreducible_losses", "InvalidState",
-           "StateFileError", "save_state", "load_state", "MixtureSampler", "MixtureBatch", "FixedMixture", "ODM",
-           "ExcessLoss", *_NEEDS_TORCH, "__version__"]
+           "ReducibleLoss", "ScoreThenSelect", "BufferScoreThenSelect", "irreducible_losses", "fit_irreducible",
+           "ReusedPool", "SelectionSwitch", "InvalidState", "StateFileError", "save_state", "load_state",
+           "MixtureSampler", "MixtureBatch", "FixedMixture", "ODM", "ExcessLoss", *_NEEDS_TORCH, "__version__"]
 
 
 def __getattr__(name: str):

@@ -300,6 +300,17 @@ class Selector:
         anything changes; a rejected call (k not divisible by S, a bad slice) leaves the selector as it was.
         Counters count the whole batch once.
         """
+        checked = self._checked_slices(losses, indices, candidate_weights, short_batch)
+        k = self.rule.k
+        selections = self._pick(checked, None if k is None else k // len(checked), before_commit)
+        self.counters["batches"] += 1
+        self.counters["scored"] += sum(len(s.scores) for s in selections)
+        self.counters["selected"] += sum(len(s) for s in selections)
+        return selections
+
+    def _checked_slices(self, losses: Sequence[Any], indices: Sequence[Any] | None,
+                        candidate_weights: Sequence[Any] | None, short_batch: bool) -> list[tuple]:
+        """Every slice checked and scored (nothing changes): [(scores, indices or None, weights or None), ...]."""
         count = len(losses)
         if count == 0:
             raise ValueError("losses must hold at least one slice, got none")
@@ -307,14 +318,20 @@ class Selector:
         if k is not None and k % count:
             raise ValueError(f"k (n_b) = {k} is not divisible by the {count} slices (ranks): each slice chooses "
                              f"k / {count} of its own candidates")
-        k = None if k is None else k // count
         indices = [None] * count if indices is None else list(indices)
         candidate_weights = [None] * count if candidate_weights is None else list(candidate_weights)
         for name, parts in (("indices", indices), ("candidate_weights", candidate_weights)):
             if len(parts) != count:
                 raise ValueError(f"{name} must hold one entry per slice ({count}), got {len(parts)}")
-        checked = [self._checked_slice(number, count, part, short_batch)
-                   for number, part in enumerate(zip(losses, indices, candidate_weights))]
+        return [self._checked_slice(number, count, part, short_batch)
+                for number, part in enumerate(zip(losses, indices, candidate_weights))]
+
+    def _pick(self, checked: list[tuple], k: int | None,
+              before_commit: Callable[[list[Selection]], None] | None) -> list[Selection]:
+        """The rule over checked slices, ``k`` rows each (at most a slice's length; None: the rule decides), the
+        slices in order; commits the generator and the rule's memory after ``before_commit`` (if that raises,
+        nothing changed). Counters are the caller's."""
+        count = len(checked)
         rng, before = self.rng_state.copy(), self.rule.state_dict()
         selections, memory = [], None
         try:
@@ -336,9 +353,6 @@ class Selector:
             raise
         self.rng_state = rng
         self.rule.commit(memory)
-        self.counters["batches"] += 1
-        self.counters["scored"] += sum(len(s.scores) for s in selections)
-        self.counters["selected"] += sum(len(s) for s in selections)
         return selections
 
     def _checked_slice(self, number: int, slices: int, part: tuple, short_batch: bool):
@@ -379,9 +393,13 @@ class Selector:
         return np.asarray(self.score(arr, indices), np.float64), indices, candidate_weights
 
     def stats(self) -> dict[str, float]:
-        """Counters: candidate batches, candidates scored (forward rows), rows selected (backward rows)."""
+        """Counters: candidate batches, candidates scored (forward rows), rows selected (backward rows), and the
+        cost of selection in forward rows: ``forward_rows_per_trained_row`` = scored / selected, the scoring
+        forward rows each trained row paid for (n_B / n_b for one step per pool; n_B / (m n_b) with `ReusedPool`),
+        on top of the trained row's own forward + backward (docs/selection.md, "Cost model")."""
         c = self.counters
-        return {**c, "selected_fraction": c["selected"] / c["scored"] if c["scored"] else 0.0}
+        return {**c, "selected_fraction": c["selected"] / c["scored"] if c["scored"] else 0.0,
+                "forward_rows_per_trained_row": c["scored"] / c["selected"] if c["selected"] else 0.0}
 
     def state_dict(self) -> dict:
         return {"version": STATE_VERSION, "rule": self.rule.config(), "score": self.score.name,

@@ -2,6 +2,8 @@
 
 `Strategy()` is the paper's default: MeanWeight + LossDifference + EvictLowest. `NoReplay()` hands back
 exactly what was just added, through the same buffer API, for baselines. `by_name` maps the TMR variant names.
+`ReducibleLossUpdate` + `ReducibleLossPrior` (reducible.py): RHO-LOSS's stale reducible loss as a
+`PrioritizedSampler` weight.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from collections.abc import Mapping
 from ..state.checks import field
 from .evictions import FIFO, Eviction, EvictLowest, TreeReadView
 from .initializers import BufferView, Initializer, LeastSquares, LinUCB, MaxWeight, MeanWeight, TokenIdFeatures
+from .reducible import ReducibleLossPrior, ReducibleLossUpdate
 from .updates import (
     GradBound,
     GradNorm,
@@ -119,7 +122,7 @@ def by_name(name: str) -> Strategy:
 __all__ = ["Strategy", "NoReplay", "by_name", "Initializer", "MeanWeight", "MaxWeight", "LeastSquares", "LinUCB",
            "TokenIdFeatures", "BufferView", "WeightUpdate", "LossDifference", "GradNorm", "GradBound", "LossValue",
            "SetWeight", "Eviction", "EvictLowest", "FIFO", "TreeReadView", "grad_bound_sigmoid",
-           "grad_bound_softmax", "strategy_names"]
+           "grad_bound_softmax", "strategy_names", "ReducibleLossUpdate", "ReducibleLossPrior"]
 
 
 def strategy_names() -> list[str]:

@@ -2,14 +2,17 @@
 
 - `PrioritizedBatchSampler`: a `PrioritizedSampler` as a DataLoader ``batch_sampler`` (workers, prefetching).
 - `CandidateBatchSampler`, `take_rows`: score-then-select inside a DataLoader loop.
+- `BackgroundScorer`, `ProxyScorer`: cheaper scoring for it (the next pool scored while the trainer trains; a
+  small model learning online that scores in the main model's place).
 - `PrioritizedTrainer`, `SelectingTrainer` (``torch.hf``, needs transformers) and `PrioritizedModule`
   (``torch.lightning``, needs lightning): imported on first use, so this package never imports either.
 """
 from .batch_sampler import PrioritizedBatchSampler
 from .candidates import CandidateBatchSampler, take_rows
+from .scoring import BackgroundScorer, ProxyScorer
 
-__all__ = ["PrioritizedBatchSampler", "CandidateBatchSampler", "take_rows", "PrioritizedTrainer",
-           "SelectingTrainer", "PrioritizedModule"]
+__all__ = ["PrioritizedBatchSampler", "CandidateBatchSampler", "take_rows", "BackgroundScorer", "ProxyScorer",
+           "PrioritizedTrainer", "SelectingTrainer", "PrioritizedModule"]
 
 _LAZY = {"PrioritizedTrainer": "hf", "SelectingTrainer": "hf", "PrioritizedModule": "lightning"}
 
