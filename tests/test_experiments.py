@@ -33,6 +33,12 @@ def test_every_driver_starts_from_another_directory(tmp_path):
         "dqn_cartpole.py": ["--help"],
         "prioritized_digits.py": ["--help"],
         "dqn_cartpole_ray.py": ["--help"],
+        "mixing_lm.py": ["--help"],
+        "mixing_lm_data.py": ["--help"],
+        "mixing_lm_summary.py": ["--help"],
+        "selection_sst2.py": ["--help"],
+        "selection_summary.py": ["--help"],
+        "selection_il_check.py": ["--help"],
     }
     drivers = {p.name for p in EXPERIMENTS.glob("*.py")} - {"__init__.py", "probe_metrics.py", "run_queue.py",
                                                             "reproduce_tmr_data.py"}

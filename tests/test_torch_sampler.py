@@ -179,3 +179,30 @@ def test_the_batch_sampler_takes_the_sampler_family_not_a_list():
     with pytest.raises(TypeError, match="sampler must be a PrioritizedSampler or a DistributedPrioritizedSampler "
                                         r"\(a SamplerLike.*got list"):
         PrioritizedBatchSampler([1, 2, 3])
+
+
+def test_resume_where_the_prefetched_batch_closed_the_epoch_accepts_the_loops_epoch():
+    """A checkpoint taken when the loop has received batch 2 of 3 while the DataLoader already drew batch 3
+    (closing epoch 0: the sampler is in epoch 1). On resume the framework calls set_epoch(0), the loop's epoch:
+    that must replay batch 3 and go on into epoch 1, not refuse to go back."""
+    def fresh():
+        return PrioritizedBatchSampler(PrioritizedSampler(24, 8, seed=0, warmup_epochs=1))
+
+    batches = fresh()
+    stream = iter(batches)
+    received = [next(stream), next(stream)]
+    ahead = next(stream)  # drawn ahead by the loader, not received by the loop
+    for _ in received:
+        batches.feedback(batches.next_batch_info(), loss=np.ones(8))
+    assert batches.sampler.epoch == 1
+    state = batches.state_dict()
+    resumed = fresh()
+    resumed.load_state_dict(state)
+    resumed.set_epoch(0)
+    replayed = list(resumed)
+    assert replayed == [ahead]
+    resumed.feedback(resumed.next_batch_info(), loss=np.ones(8))
+    resumed.set_epoch(1)
+    assert len(list(resumed)) == 3 and resumed.sampler.epoch == 2
+    with pytest.raises(ValueError, match="cannot go back"):
+        resumed.set_epoch(0)

@@ -12,6 +12,8 @@ outputs with gradients; reusing the scoring pass's outputs would need a gradient
 """
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -88,22 +90,35 @@ class BufferScoreThenSelect:
 
     ``target``: a `ReplayDataLoader` (its buffer is sampled and updated under the loader's lock), or any
     `BufferLike`: a `ReplayBuffer`, a `LockedBuffer`, Ray's `RemoteBuffer` / `ShardedBuffer`.
+    ``candidate_size``: n_B, the pool `next_candidates` samples. It is given here, once, as `ScoreThenSelect`'s
+    pool is its sampler's batch size, so both classes draw a pool with ``next_candidates()`` (0.1 passed it to
+    every call; that still works for one release, with a DeprecationWarning).
     """
 
-    def __init__(self, target: Any, selector: Selector, *, refresh: bool = True) -> None:
+    def __init__(self, target: Any, selector: Selector, *, candidate_size: int | None = None,
+                 refresh: bool = True) -> None:
         if not isinstance(selector, Selector):
             raise TypeError(f"selector must be a Selector, got {type(selector).__name__}")
         if not isinstance(target, (ReplayDataLoader, BufferLike)):  # any buffer: local, locked, Ray's, yours
-            raise TypeError(f"target must be a ReplayDataLoader or a buffer (a BufferLike: sample, update, "
+            raise TypeError(f"target must be a ReplayDataLoader or a buffer (a BufferLike: sample, feedback, "
                             f"state_dict, ...), got {type(target).__name__}")
+        if candidate_size is not None:
+            selector.check_candidates(candidate_size)
         self.buffer = target.shared if isinstance(target, ReplayDataLoader) else target  # the loader's lock
-        self.selector, self.refresh = selector, bool(refresh)
+        self.selector, self.refresh, self.candidate_size = selector, bool(refresh), candidate_size
 
-    def next_candidates(self, candidate_size: int) -> Sample:
-        """n_B examples sampled from the buffer by its weights (or take a `ReplayDataLoader`'s batches of
-        n_B: the same draw)."""
-        self.selector.check_candidates(candidate_size)
-        return self.buffer.sample(candidate_size)
+    def next_candidates(self, candidate_size: int | None = None) -> Sample:
+        """n_B = ``candidate_size`` (given at construction) examples sampled from the buffer by its weights (or
+        take a `ReplayDataLoader`'s batches of n_B: the same draw)."""
+        if candidate_size is not None:
+            warnings.warn("BufferScoreThenSelect.next_candidates(candidate_size) is deprecated since replayloader "
+                          "1.0 and will be removed in the next release: give candidate_size= to the constructor "
+                          "and call next_candidates()", DeprecationWarning, stacklevel=2)
+        elif self.candidate_size is None:
+            raise ValueError("candidate_size is not set: give BufferScoreThenSelect(..., candidate_size=n_B)")
+        size = self.candidate_size if candidate_size is None else candidate_size
+        self.selector.check_candidates(size)
+        return self.buffer.sample(size)
 
     def choose(self, candidates: Sample, losses: Any, indices: Any = None) -> Selection:
         """The rows of ``candidates`` to train on. ``indices``: the candidates' dataset indices when the score

@@ -46,9 +46,10 @@ The loop, one process (``switch`` goes where a `Selector` goes: `CandidateBatchS
         per_example = train_on(chosen)           # the training forward's per-example losses
         switch.step_done(per_example.detach(), seconds=...)
 
-Where scoring cannot be skipped (`SelectingTrainer` scores every candidate batch before it asks the selector)
-``choose`` in a uniform window takes a uniform random subset of the scored pool: the switch still decides and
-stops, but a uniform step then costs the scoring too (it is counted). Under DDP the state stays identical on
+`SelectingTrainer` (HF) asks the switch first and skips the scoring forward in a uniform step. Where scoring
+cannot be skipped (a loop that always scores, or `SelectingTrainer` under several processes) ``choose`` in a
+uniform window takes a uniform random subset of the scored pool: the switch still decides and stops, but a
+uniform step then costs the scoring too (it is counted). Under DDP the state stays identical on
 every rank when every rank passes the same numbers to `step_done` (gather the uniform rows' losses and indices,
 and agree on the seconds, e.g. their maximum); selection steps are gathered by `DistributedScoreThenSelect`.
 
@@ -168,7 +169,7 @@ class SelectionSwitch(WrappedSelector):
                      before_commit: Callable[[list[Selection]], None] | None = None,
                      short_batch: bool = False) -> list[Selection]:
         """A scored candidate batch (one slice per rank, as `Selector.choose_split`). In a selection window: the
-        rule's rows. In a uniform window (the loop scored anyway, e.g. `SelectingTrainer`): k / S uniformly random
+        rule's rows. In a uniform window (the loop scored anyway, e.g. `SelectingTrainer` under DDP): k / S uniformly random
         rows of each slice, with the candidates' own weights. Either way every score is measured."""
         self._begin()
         selecting = self._mode_of_window(self.steps // self.window) == SELECT

@@ -67,7 +67,13 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
 
     def set_epoch(self, epoch: int) -> None:
         """What frameworks call at each epoch start; see `distributed.advance_to_epoch`. Batches drawn ahead for
-        an epoch that is being skipped are dropped."""
+        an epoch that is being skipped are dropped.
+
+        After `load_state_dict` the loop's epoch is that of the oldest batch drawn before the checkpoint and not
+        received yet: a DataLoader that fetched ahead may have drawn the last batch of that epoch, so the sampler
+        itself is already in the next one. Asking for the loop's epoch then changes nothing."""
+        if self._replay and epoch == self._replay[0].epoch:
+            return
         if epoch != self.sampler.epoch:
             self._handed_out.clear()
             self._replay.clear()

@@ -215,15 +215,25 @@ def test_buffer_mode_chooses_among_buffered_examples_and_feeds_every_score_back(
     buffer = ReplayBuffer(50, strategy=None, seed=0)
     buffer.add({"index": np.arange(50), "x": np.arange(50, dtype=float)})
     irreducible = np.linspace(0, 1, 50)
-    select = BufferScoreThenSelect(buffer, Selector(TopK(4), ReducibleLoss(irreducible)))
-    candidates = select.next_candidates(16)
+    select = BufferScoreThenSelect(buffer, Selector(TopK(4), ReducibleLoss(irreducible)), candidate_size=16)
+    candidates = select.next_candidates()
     losses = candidates.data["x"] / 50
     selection = select.choose(candidates, losses, indices=candidates.data["index"])
     scores = losses - irreducible[candidates.data["index"]]
     assert selection.positions.tolist() == reference_top_k(scores.tolist(), 4)
     assert buffer.stats()["stale_feedback"] == 0 and (buffer.visits[candidates.ids % 50] > 0).all()
     with pytest.raises(ValueError, match=r"k \(n_b\) = 4 exceeds the candidate batch size \(n_B\) = 3"):
-        select.next_candidates(3)
+        BufferScoreThenSelect(buffer, Selector(TopK(4)), candidate_size=3)
+    with pytest.raises(ValueError, match=r"candidate_size is not set"):
+        BufferScoreThenSelect(buffer, Selector(TopK(4))).next_candidates()
+
+
+def test_the_0_1_next_candidates_with_a_size_still_draws_that_pool_with_a_warning():
+    buffer = ReplayBuffer(50, strategy=None, seed=0)
+    buffer.add({"x": np.arange(50, dtype=float)})
+    select = BufferScoreThenSelect(buffer, Selector(TopK(4)))
+    with pytest.warns(DeprecationWarning, match=r"next_candidates\(candidate_size\) is deprecated"):
+        assert len(select.next_candidates(16).ids) == 16
 
 
 def test_buffer_mode_over_a_replay_data_loader_uses_its_batches_as_candidates():

@@ -142,8 +142,8 @@ def test_score_then_select_takes_a_remote_buffer_through_the_buffer_protocol(ray
     remote = RemoteBuffer(16, alpha=1.0, strategy=by_name("loss"), seed=0)
     remote.add({"x": np.arange(16.0)[:, None]})
     assert isinstance(remote, BufferLike)
-    select = BufferScoreThenSelect(remote, Selector(TopK(2), seed=0))
-    candidates = select.next_candidates(8)
+    select = BufferScoreThenSelect(remote, Selector(TopK(2), seed=0), candidate_size=8)
+    candidates = select.next_candidates()
     losses = candidates.data["x"][:, 0] + 1.0  # the highest x scores highest
     chosen = select.choose(candidates, losses)
     assert sorted(candidates.data["x"][chosen.positions, 0]) == sorted(np.sort(candidates.data["x"][:, 0])[-2:])

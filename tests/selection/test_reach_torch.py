@@ -75,17 +75,6 @@ def test_a_reused_pool_feeds_m_steps_per_fetched_batch_and_resumes_mid_pool_thro
     assert head + tail == whole
 
 
-def test_a_reused_pool_under_selecting_trainer_is_refused_at_the_second_step(tmp_path):
-    """SelectingTrainer trains one step per fetched candidate batch, so it cannot take a pool's other steps: the
-    second pool is refused with the reason, instead of silently dropping steps."""
-    pytest.importorskip("transformers")
-    n = len(TokenDataset())
-    pool = ReusedPool(Selector(TopK(2), ReducibleLoss(np.zeros(n)), seed=0), steps=2)
-    trainer = tiny_trainer(tmp_path, PrioritizedSampler(n, 8, alpha=0.0, seed=0), pool, steps=3)
-    with pytest.raises(ValueError, match="the current pool still has 1 of its 2 steps"):
-        trainer.train()
-
-
 # ----------------------------------------------------------------------------- SelectionSwitch
 def make_switch(seed=0):
     switch = SelectionSwitch(Selector(TopK(3), ReducibleLoss(IL), seed=seed), window=3, probe_every=3)
@@ -131,15 +120,16 @@ def test_the_switch_in_a_two_worker_loop_equals_no_workers_and_resumes_mid_windo
 
 
 def test_the_switch_runs_inside_selecting_trainer(tmp_path):
-    """SelectingTrainer scores every candidate batch before asking the selector, so a uniform window there takes
-    uniform rows of the scored pool (the scoring is paid, and counted); the switch decides, stops and reports."""
+    """SelectingTrainer asks the switch first: a selecting step scores the pool, a uniform step takes the
+    switch's uniform rows without a scoring forward (counted); the switch decides, stops and reports."""
     pytest.importorskip("transformers")
     n = len(TokenDataset())
     switch = SelectionSwitch(Selector(TopK(2), ReducibleLoss(np.zeros(n)), seed=0), window=2, probe_every=3)
     trainer = tiny_trainer(tmp_path, PrioritizedSampler(n, 8, alpha=0.0, seed=0), switch, steps=8)
     assert np.isfinite(trainer.train().training_loss)
     stats = switch.stats()
-    assert stats["steps"] == 8 and stats["scored_rows"] == 8 * 8 and stats["trained_rows"] == 8 * 2
+    assert stats["steps"] == 8 and stats["scored_rows"] == 8 * stats["selecting_steps"]
+    assert stats["trained_rows"] == 8 * 2
     assert stats["selecting_steps"] <= 6  # window 1 (steps 2-3) was a uniform probe, at least
     assert trainer.batch_sampler.state_dict()["selector"]["switch"]["steps"] == 8
 

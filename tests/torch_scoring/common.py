@@ -69,3 +69,23 @@ def eval_scores(model, pool) -> torch.Tensor:
             return cross_entropy_rows(model, pool)
     finally:
         model.train(was)
+
+
+def running_threads() -> set:
+    """The threads alive now (a thread object of an earlier test may still be listed while it ends)."""
+    import threading
+
+    return {t for t in threading.enumerate() if t.is_alive()}
+
+
+def new_threads_after(before: set, timeout: float = 5.0) -> set:
+    """Threads alive that were not in ``before``, once those that are ending have ended (a multiprocessing queue's
+    feeder thread, e.g., ends a moment after its queue is closed): empty means nothing was left running."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        left = running_threads() - before
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)

@@ -16,8 +16,8 @@ from replayloader import InvalidState, PrioritizedSampler, WorkerError
 from replayloader.selection import Selector, TopK
 from replayloader.torch import CandidateBatchSampler, take_rows
 from replayloader.torch.scoring import BackgroundScorer
-from tests.torch_scoring.common import (cross_entropy_rows, eval_scores, mlp, pools, problem, sleepy_rows,
-                                        train_on_top)
+from tests.torch_scoring.common import (cross_entropy_rows, eval_scores, mlp, new_threads_after, pools, problem,
+                                        running_threads, sleepy_rows, train_on_top)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # scorer and reference on one thread: equal bits
 
@@ -192,7 +192,7 @@ def test_a_failing_score_fn_reports_its_error_and_the_scorer_goes_on():
 
 
 def test_no_thread_outlives_close_the_with_block_or_garbage_collection():
-    before = set(threading.enumerate())
+    before = running_threads()
     model = mlp()
     data = pools(2)
     scorer = BackgroundScorer(model, sleepy_rows)
@@ -201,21 +201,21 @@ def test_no_thread_outlives_close_the_with_block_or_garbage_collection():
     assert len(scorer_threads()) == 1
     scorer.close()
     scorer.close()  # idempotent
-    assert set(threading.enumerate()) == before and scorer.closed
+    assert not new_threads_after(before) and scorer.closed
     with pytest.raises(RuntimeError, match="closed"):
         scorer.submit(data[0])
     with BackgroundScorer(model, cross_entropy_rows) as scorer:
         scorer.submit(data[0])
-    assert set(threading.enumerate()) == before
+    assert not new_threads_after(before)
     scorer = BackgroundScorer(model, sleepy_rows)
     scorer.submit(data[0])
     del scorer
     gc.collect()
-    assert set(threading.enumerate()) == before
+    assert not new_threads_after(before)
 
 
 def test_a_worker_that_fails_to_start_raises_and_leaves_no_thread(monkeypatch):
-    before = set(threading.enumerate())
+    before = running_threads()
     real = torch.set_num_threads
 
     def refuse_on_the_worker(count):
@@ -226,7 +226,7 @@ def test_a_worker_that_fails_to_start_raises_and_leaves_no_thread(monkeypatch):
     monkeypatch.setattr(torch, "set_num_threads", refuse_on_the_worker)
     with pytest.raises(WorkerError, match="failed to start(.|\n)*no threads for you"):
         BackgroundScorer(mlp(), cross_entropy_rows, threads=1)
-    assert set(threading.enumerate()) == before
+    assert not new_threads_after(before)
 
 
 def test_the_scorer_thread_runs_its_own_torch_threads_and_leaves_the_trainers_alone():
@@ -303,13 +303,13 @@ def test_a_plain_loop_with_candidate_batches_and_top_k_matches_scoring_with_the_
 def test_process_mode_gives_the_thread_modes_scores_and_leaves_nothing_running():
     import multiprocessing
 
-    before = set(threading.enumerate())
+    before = running_threads()
     threaded, _, thread_stats, *_ = background_run(5, 2)
     in_process, _, process_stats, *_ = background_run(5, 2, mode="process")
     assert all(torch.equal(a, b) for a, b in zip(threaded, in_process))
     for key in ("refreshes", "pools", "staleness_mean", "score_age_mean", "scored_rows"):
         assert thread_stats[key] == process_stats[key]
-    assert set(threading.enumerate()) == before and not multiprocessing.active_children()
+    assert not new_threads_after(before) and not multiprocessing.active_children()
     with pytest.raises(ValueError, match="pickle"):
         BackgroundScorer(mlp(), lambda m, b: cross_entropy_rows(m, b), mode="process")
 
@@ -317,7 +317,7 @@ def test_process_mode_gives_the_thread_modes_scores_and_leaves_nothing_running()
 def test_a_killed_worker_process_is_reported_and_cleaned_up():
     import multiprocessing
 
-    before = set(threading.enumerate())
+    before = running_threads()
     scorer = BackgroundScorer(mlp(), sleepy_rows, mode="process")
     scorer.submit(pools(1)[0])
     scorer._handles.worker.kill()  # as the OOM killer would
@@ -326,4 +326,4 @@ def test_a_killed_worker_process_is_reported_and_cleaned_up():
     with pytest.raises(WorkerError, match="broken"):
         scorer.submit(pools(1)[0])
     scorer.close()
-    assert set(threading.enumerate()) == before and not multiprocessing.active_children()
+    assert not new_threads_after(before) and not multiprocessing.active_children()
