@@ -163,7 +163,8 @@ class ODM:
     - ``ε_t = min(1/K, sqrt(ln K / (K·t)))``, ε_0 = 1/K: the exploration rate, decaying like 1/sqrt(t), so
       every source keeps probability >= ε and early weights stay near uniform;
     - ``softmax(ε · R̂)``: exploitation, a Gibbs distribution whose inverse temperature is the (previous)
-      exploration rate, so it sharpens as the estimate firms up.
+      exploration rate: it flattens as ε decays unless the reward estimates grow, so with losses of a few nats
+      the weights stay near uniform for many steps.
 
     On `feedback`, for each source k seen in the step (``count_k > 0``), with r_k its mean loss in that step
     and π_k the current weight:
