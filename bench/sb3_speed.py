@@ -1,7 +1,7 @@
 """Environment steps per second of SB3's DQN: SB3's uniform `ReplayBuffer` vs `replayloader.sb3.PrioritizedDQN`.
 
-    nice -n 10 python bench/sb3_speed.py                       # sizes 1e4 1e5 1e6, 5 paired repeats, 15k steps
-    nice -n 10 python bench/sb3_speed.py --sizes 10000 --repeats 2 --steps 2000 --out /tmp/x.md   # a quick look
+    python bench/sb3_speed.py                                 # sizes 1e4 1e5 1e6, 5 paired repeats, 15k steps
+    python bench/sb3_speed.py --sizes 10000 --repeats 2 --steps 2000 --out /tmp/x.md   # a quick look
 
 Why paired and alternated: the machine this was written on is shared with other long jobs, so its speed drifts
 over minutes. Each repeat runs both arms back to back with the same seed and settings, the order alternating
@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=15_000, help="environment steps per timed run")
+    parser.add_argument("--load", default="no other jobs were reported",
+                        help="what else ran on the machine meanwhile, written into the report")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "sb3_speed.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -83,16 +85,15 @@ def main(argv: list[str] | None = None) -> str:
                      statistics.median(ratios), min(ratios), max(ratios), statistics.median(cpu_ratios)))
     total = time.perf_counter() - started
 
-    command = "nice -n 10 python bench/sb3_speed.py" + (" " + " ".join(argv) if argv else
-                                                         " " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+    command = "python bench/sb3_speed.py" + (" " + " ".join(argv) if argv else
+                                              " " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     lines = [
         "# SB3 DQN: environment steps per second, uniform `ReplayBuffer` vs `replayloader.sb3.PrioritizedDQN`",
         "",
         f"Command: `{command.strip()}`  ",
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",
-        f"Machine: {cpu_name()}, {torch.get_num_threads()} torch thread, CPU only; the machine (2 cores) was "
-        "shared with other long-running jobs during the run, at `nice -n 10`, so absolute speeds are low and "
-        "noisy; the paired ratio is the number to read.  ",
+        f"Machine: {cpu_name()}, {torch.get_num_threads()} torch thread, CPU only; meanwhile: {args.load}. "
+        "Absolute speeds move with the machine's load; the paired ratio is the number to read.  ",
         f"Software: Python {platform.python_version()}, stable-baselines3 {stable_baselines3.__version__}, "
         f"torch {torch.__version__}, numpy {np.__version__}.  ",
         f"Setup: CartPole-v1, SB3 DQN defaults (train_freq 4, gradient_steps 1, batch 32, learning_starts 100, "
