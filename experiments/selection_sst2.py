@@ -48,6 +48,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
+from experiments.noisy_sst2 import hashed_features, padded, read_tsv  # noqa: E402  (the same data pipeline)
 from replayloader import PrioritizedSampler  # noqa: E402
 from replayloader.state.atomic import atomic_write_text  # noqa: E402
 from replayloader.selection import ReducibleLoss, Selector, TopK  # noqa: E402
@@ -106,25 +107,6 @@ def data_dir(arg: str | None) -> Path:
     if not root:
         raise SystemExit("set REPLAYLOADER_DATA or pass --data-dir (the folder holding glue/SST-2/)")
     return Path(root)
-
-
-def read_tsv(path: Path) -> tuple[list[str], np.ndarray]:
-    lines = path.read_text(encoding="utf-8").splitlines()[1:]
-    sentences, labels = zip(*(line.rsplit("\t", 1) for line in lines))
-    return list(sentences), np.array(labels, np.int64)
-
-
-def hashed_features(sentence: str, buckets: int) -> list[int]:
-    words = sentence.lower().split()
-    grams = words + [f"{a} {b}" for a, b in zip(words, words[1:])]
-    return [1 + zlib.crc32(g.encode()) % (buckets - 1) for g in grams] or [0]
-
-
-def padded(rows: list[list[int]]) -> np.ndarray:
-    out = np.zeros((len(rows), max(map(len, rows))), np.int64)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
 
 
 @dataclass

@@ -40,3 +40,10 @@ def number(name: str, value: Any, low: float = -math.inf, high: float = math.inf
         bound += (" and " if bound else "") + f"<= {high}" if high < math.inf else ""
         raise ValueError(f"{name} must be a finite number{' ' + bound if bound else ''}, got {value!r}")
     return float(value)
+
+
+def all_finite(name: str, values: np.ndarray) -> None:
+    """A ValueError naming the first non-finite entry of the 1-D array ``values`` (NaN or ±inf), if any."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    if len(bad):
+        raise ValueError(f"{name} must be finite; {name}[{bad[0]}] = {float(values[bad[0]])}")

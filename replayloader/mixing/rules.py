@@ -87,9 +87,7 @@ def losses_and_counts(rule: Any, source_losses: Any, source_counts: Any) -> tupl
                          f"{counts.shape}")
     if counts.dtype.kind not in "iu" or (counts < 0).any() or not counts.any():
         raise ValueError(f"source_counts must be integers >= 0, at least one > 0, got {counts.tolist()}")
-    bad = np.flatnonzero(~np.isfinite(losses))
-    if len(bad):
-        raise ValueError(f"source_losses must be finite; source_losses[{bad[0]}] = {float(losses[bad[0]])!r}")
+    checks.all_finite("source_losses", losses)
     return losses, counts.astype(np.int64)
 
 
@@ -267,10 +265,7 @@ class ExcessLoss:
         reference = np.asarray(reference_losses, dtype=np.float64)
         if reference.ndim != 1 or reference.size == 0:
             raise ValueError(f"reference_losses must be a non-empty 1-D sequence, got shape {reference.shape}")
-        bad = np.flatnonzero(~np.isfinite(reference))
-        if len(bad):
-            raise ValueError(f"reference_losses must be finite; reference_losses[{bad[0]}] = "
-                             f"{float(reference[bad[0]])!r}")
+        checks.all_finite("reference_losses", reference)
         self.reference = reference
         self.num_sources: int | None = len(reference)
         self.step_size = checks.number("step_size", step_size, 0.0, low_open=True)

@@ -94,9 +94,7 @@ class ReducibleLoss(Score):
             raise ValueError(f"irreducible must be a non-empty 1-D array of numbers, got dtype {arr.dtype} "
                              f"shape {arr.shape}")
         arr = np.array(arr, np.float64)
-        bad = np.flatnonzero(~np.isfinite(arr))
-        if len(bad):
-            raise ValueError(f"irreducible must be finite; irreducible[{bad[0]}] = {arr[bad[0]]}")
+        checks.all_finite("irreducible", arr)
         arr.flags.writeable = False
         self.irreducible = arr
 
@@ -381,9 +379,7 @@ class Selector:
         if not short_batch:
             self.check_candidates(n * slices)  # k / slices of each slice's n
         arr = np.ascontiguousarray(arr, np.float64)
-        bad = np.flatnonzero(~np.isfinite(arr))
-        if len(bad):
-            raise ValueError(f"losses must be finite; losses[{bad[0]}] = {arr[bad[0]]}")
+        checks.all_finite("losses", arr)
         self.score.check_indices(indices)
         if candidate_weights is not None:
             candidate_weights = np.asarray(to_numpy(candidate_weights, "candidate_weights"), np.float64)

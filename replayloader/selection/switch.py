@@ -263,9 +263,7 @@ class SelectionSwitch(WrappedSelector):
                 raise ValueError(f"losses must have shape ({len(rows)},), one per trained row, got dtype {arr.dtype} "
                                  f"shape {arr.shape}")
             arr = np.ascontiguousarray(arr, np.float64)
-            bad = np.flatnonzero(~np.isfinite(arr))
-            if len(bad):
-                raise ValueError(f"losses must be finite; losses[{bad[0]}] = {arr[bad[0]]}")
+            checks.all_finite("losses", arr)
             rows = np.ascontiguousarray(rows, np.int64)
             self.score.check_indices(rows)
             measured = (np.asarray(self.score(arr, rows), np.float64), len(rows))

@@ -48,9 +48,7 @@ def checked_irreducible(irreducible: Any, name: str = "irreducible") -> np.ndarr
     if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "fiu":
         raise ValueError(f"{name} must be a non-empty 1-D array of numbers, got dtype {arr.dtype} shape {arr.shape}")
     arr = np.array(arr, np.float64)
-    bad = np.flatnonzero(~np.isfinite(arr))
-    if len(bad):
-        raise ValueError(f"{name} must be finite; {name}[{bad[0]}] = {arr[bad[0]]}")
+    checks.all_finite(name, arr)
     arr.flags.writeable = False
     return arr
 

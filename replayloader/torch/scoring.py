@@ -30,7 +30,7 @@ import time
 import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -263,6 +263,19 @@ class _Handles:
     def __init__(self, jobs: Any, results: Any, worker: Any, process: bool) -> None:
         self.jobs, self.results, self.worker, self.process = jobs, results, worker, process
 
+
+
+def _meters(state: Mapping, where: str, counter_keys: Sequence[str],
+            second_keys: Sequence[str]) -> tuple[dict[str, int], dict[str, float]]:
+    """A scorer state's ``counters`` (integers >= 0) and ``seconds`` (numbers >= 0), each with exactly its keys:
+    the one check both scorers' loads share."""
+    out = []
+    for key, names, read in (("counters", counter_keys, state_integer), ("seconds", second_keys, state_number)):
+        part = field(state, key, where)
+        require(isinstance(part, Mapping) and set(part) == set(names), f"{where}['{key}'] must have the keys "
+                f"{sorted(names)}")
+        out.append({name: read(part, name, f"{where}['{key}']", 0) for name in names})
+    return out[0], out[1]
 
 def _shutdown(handles: _Handles, timeout: float = 30.0) -> None:
     """Stop the worker and wait for it (a thread finishes the job in hand; a process is terminated after
@@ -652,14 +665,7 @@ class BackgroundScorer:
             seconds = state_number(entry, "score_s", name, 0.0)
             pending.append(_Pool(None, None if rows == -1 else rows, submitted, weights_at,
                                  (True, losses.detach().clone().to(self.device), float(seconds))))
-        counters_state = field(state, "counters", where)
-        require(isinstance(counters_state, Mapping) and set(counters_state) == set(_COUNTERS),
-                f"{where}['counters'] must have the keys {sorted(_COUNTERS)}")
-        counters = {name: state_integer(counters_state, name, f"{where}['counters']", 0) for name in _COUNTERS}
-        seconds_state = field(state, "seconds", where)
-        require(isinstance(seconds_state, Mapping) and set(seconds_state) == set(_SECONDS),
-                f"{where}['seconds'] must have the keys {sorted(_SECONDS)}")
-        seconds = {name: state_number(seconds_state, name, f"{where}['seconds']", 0.0) for name in _SECONDS}
+        counters, seconds = _meters(state, where, _COUNTERS, _SECONDS)
         self._wait(self._put("refresh", {key: value.detach().clone() for key, value in weights.items()}))
         self.steps, self.refreshed_at, self.counters, self.seconds = steps, refreshed_at, counters, seconds
         self._pending = deque(pending)
@@ -904,14 +910,7 @@ class ProxyScorer:
         check_layout(weights, layout(self.model), f"{where}['model']", InvalidState)
         optimizer_state = field(state, "optimizer", where)
         require(isinstance(optimizer_state, Mapping), f"{where}['optimizer'] must be a mapping")
-        counters_state = field(state, "counters", where)
-        require(isinstance(counters_state, Mapping) and set(counters_state) == set(_PROXY_COUNTERS),
-                f"{where}['counters'] must have the keys {sorted(_PROXY_COUNTERS)}")
-        counters = {name: state_integer(counters_state, name, f"{where}['counters']", 0) for name in _PROXY_COUNTERS}
-        seconds_state = field(state, "seconds", where)
-        require(isinstance(seconds_state, Mapping) and set(seconds_state) == set(_PROXY_SECONDS),
-                f"{where}['seconds'] must have the keys {sorted(_PROXY_SECONDS)}")
-        seconds = {name: state_number(seconds_state, name, f"{where}['seconds']", 0.0) for name in _PROXY_SECONDS}
+        counters, seconds = _meters(state, where, _PROXY_COUNTERS, _PROXY_SECONDS)
         saved = field(state, "correlations", where)
         require(isinstance(saved, (list, tuple)) and all(isinstance(x, (int, float)) and -1.0 <= x <= 1.0
                                                          for x in saved),
