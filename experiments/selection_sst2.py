@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from experiments.noisy_sst2 import hashed_features, padded, read_tsv  # noqa: E402  (the same data pipeline)
+from experiments.noisy_sst2 import Optimizers, hashed_features, padded, read_tsv  # noqa: E402  (the same pipeline)
 from replayloader import PrioritizedSampler  # noqa: E402
 from replayloader.state.atomic import atomic_write_text  # noqa: E402
 from replayloader.selection import ReducibleLoss, Selector, TopK  # noqa: E402
@@ -165,20 +165,6 @@ class BagOfNgrams(torch.nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.out(self.embed(ids))
-
-
-class Optimizers:
-    def __init__(self, model: BagOfNgrams, lr: float) -> None:
-        self.parts = [torch.optim.SparseAdam(model.embed.parameters(), lr=lr),
-                      torch.optim.Adam(model.out.parameters(), lr=lr)]
-
-    def zero_grad(self) -> None:
-        for part in self.parts:
-            part.zero_grad()
-
-    def step(self) -> None:
-        for part in self.parts:
-            part.step()
 
 
 class TinyEncoder(torch.nn.Module):
