@@ -171,3 +171,21 @@ def test_delay_table_pairs_the_window_with_the_delay_lines_as_designed(tmp_path)
     assert "Bonferroni ×2" in rows["delay-15 − electra"] and "(n=1, no CI)" in rows["delay-31 − delay-15"]
     assert "## Secondary: arm − delay-15" in text and "| tmr-fifo-uniform |" in text
     assert "not yet run" in "\n".join(summary.delay_table({"electra": runs["electra"]}))
+
+
+def test_the_confirmatory_glue_average_pairs_seeds_5_to_14_only_and_needs_every_task():
+    """The 12th secondary of issue 31: tmr-loss_diff − electra of the 5-task GLUE dev average at 5,000 steps over
+    the confirmatory seeds; an exploratory seed (0-4) or a seed missing a task is not paired."""
+    metric = {task: summary.get_task(task).main_metric for task in summary.GLUE_TASKS}
+
+    def rows(score, tasks=summary.GLUE_TASKS):
+        return [{"task": t, metric[t]: score} for t in tasks for _ in range(3)]  # three fine-tuning seeds
+
+    finetuning = {("electra", STEPS): {0: rows(0.1), 5: rows(0.5), 6: rows(0.6), 7: rows(0.7)},
+                  ("tmr-loss_diff", STEPS): {0: rows(0.9), 5: rows(0.52), 6: rows(0.64),
+                                             7: rows(0.9, summary.GLUE_TASKS[:-1])}}
+    result = summary.glue_average_difference(finetuning, "tmr-loss_diff", "electra", STEPS,
+                                             summary.CONFIRMATORY_SEEDS)
+    assert result.seeds == [5, 6]
+    np.testing.assert_allclose(result.diffs, [2.0, 4.0])  # × 100
+    assert summary.glue_average_difference({}, "tmr-loss_diff", "electra", STEPS, summary.CONFIRMATORY_SEEDS) is None
