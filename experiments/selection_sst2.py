@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from experiments.noisy_sst2 import Optimizers, hashed_features, padded, read_tsv  # noqa: E402  (the same pipeline)
+from experiments.noisy_sst2 import Optimizers, hashed_features, padded, read_tsv, rows  # noqa: E402
 from replayloader import PrioritizedSampler  # noqa: E402
 from replayloader.state.atomic import atomic_write_text  # noqa: E402
 from replayloader.selection import ReducibleLoss, Selector, TopK  # noqa: E402
@@ -147,14 +147,11 @@ def load_data(root: Path, cfg: Config, tokens: bool = False) -> Data:
                 padded([featurize(s) for s in dev_sentences]), dev_y)
 
 
-def rows(x: np.ndarray, index: np.ndarray) -> torch.Tensor:
-    picked = x[index]
-    width = max(int((picked != 0).sum(1).max()), 1)
-    return torch.from_numpy(np.ascontiguousarray(picked[:, :width]))
-
-
 # ------------------------------------------------------------------------------------------------ model
 class BagOfNgrams(torch.nn.Module):
+    """The bag model with the small embedding init U(±1/dim) of the setup that reproduced RHO-LOSS (noisy_sst2's
+    has torch's default; the init comes before the head is built, so the RNG order, and the records, stay)."""
+
     def __init__(self, cfg: Config) -> None:
         super().__init__()
         self.embed = torch.nn.EmbeddingBag(cfg.buckets, cfg.dim, mode="mean", padding_idx=0, sparse=True)
