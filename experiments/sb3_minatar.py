@@ -6,7 +6,8 @@
     python experiments/sb3_minatar.py --arm per --seed 0   # one run in this process (what the driver starts)
 
 Protocol: results/sb3_minatar_protocol.md. The driver starts one process per (arm, seed), seed by seed with
-both arms of a seed next to each other (finished pairs arrive early), one at a time, under ``nice``. A run
+both arms of a seed next to each other (finished pairs arrive early), ``--parallel`` at a time (default 2, so
+the two arms of a seed run side by side on the same load), under ``nice``. A run
 writes its record ``<results>/breakout_<arm>_seed<seed>.json.gz`` only when it finishes (atomically), so
 starting the driver again skips finished runs; an interrupted run starts again from frame 0 (SB3 cannot save
 the environments' state mid-episode, so a mid-run resume would not be identical to an uninterrupted run).
@@ -200,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--nice", type=int, default=15)
+    parser.add_argument("--parallel", type=int, default=2,
+                        help="runs at once, in grid order (2: the two arms of a seed side by side)")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--summary", action="store_true")
     args = parser.parse_args(argv)
@@ -216,6 +219,15 @@ def main(argv: list[str] | None = None) -> None:
         run(args.arm, args.seed, args.frames, record_path(args.results, args.arm, args.seed),
             learning_starts=args.learning_starts, eval_every=args.eval_every, eval_episodes=args.eval_episodes)
         return
+    running: list[tuple[str, subprocess.Popen]] = []
+
+    def wait_one() -> None:
+        name, process = running.pop(0)
+        if process.wait() != 0:
+            for _, other in running:
+                other.wait()  # let the sibling run finish and write its record before stopping
+            sys.exit(f"{name}: the run failed (exit {process.returncode}); the driver stops here")
+
     for seed in args.seeds:
         for arm in args.arms:
             out = record_path(args.results, arm, seed)
@@ -227,11 +239,12 @@ def main(argv: list[str] | None = None) -> None:
             if out.exists():
                 print(f"{out.name}: done, skipped", flush=True)
                 continue
+            while len(running) >= args.parallel:
+                wait_one()
             print(f"{out.name}: running", flush=True)
-            done = subprocess.run(command)
-            if done.returncode != 0:
-                sys.exit(f"{out.name}: the run failed (exit {done.returncode}); the driver stops here")
-
+            running.append((out.name, subprocess.Popen(command)))
+    while running:
+        wait_one()
 
 if __name__ == "__main__":
     main()
