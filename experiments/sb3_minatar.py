@@ -166,26 +166,71 @@ def last_tenth_mean(record: dict) -> float:
     return float(ret[late].mean()) if late.any() else math.nan
 
 
-def summary(results: Path, seeds: list[int]) -> str:
-    """Paired per - uniform difference of the primary endpoint over the seeds with both arms finished."""
+def learning_curve_area(record: dict, bins: int = 30) -> float:
+    """Secondary 1: the mean over ``bins`` equal frame bins of the mean training return of the episodes ending in
+    each bin (a bin where no episode ends is left out of the mean)."""
+    frame, ret = np.asarray(record["episodes"]["frame"]), np.asarray(record["episodes"]["return"])
+    which = np.minimum(((frame - 1) * bins) // record["frames"], bins - 1)
+    means = [ret[which == b].mean() for b in range(bins) if (which == b).any()]
+    return float(np.mean(means)) if means else math.nan
+
+
+def last_evaluation_mean(record: dict) -> float:
+    """Secondary 2: the mean return of the evaluation episodes at the last evaluation (frame = the run's frames)."""
+    last = [e for e in record["evals"] if e["frame"] == record["frames"]]
+    return float(np.mean(last[0]["returns"])) if last and last[0]["returns"] else math.nan
+
+
+def equal_time_means(uniform: dict, per: dict) -> tuple[float, float]:
+    """Secondary 3, for one pair: T = the smaller of the two runs' training CPU seconds; each arm's mean return of
+    the training episodes ending in 0.9 T < cpu_s <= T."""
+    limit = min(uniform["train_cpu_s"], per["train_cpu_s"])
+
+    def window(record: dict) -> float:
+        cpu, ret = np.asarray(record["episodes"]["cpu_s"]), np.asarray(record["episodes"]["return"])
+        inside = (cpu > 0.9 * limit) & (cpu <= limit)
+        return float(ret[inside].mean()) if inside.any() else math.nan
+
+    return window(uniform), window(per)
+
+
+def paired_line(diffs: list[float]) -> str:
+    """Mean per - uniform difference, its paired-t 95% interval and p."""
     from scipy import stats
 
-    rows, diffs = [], []
+    d = np.asarray(diffs, dtype=float)
+    if len(d) < 2:
+        return f"{d.mean():+.2f} (1 pair)" if len(d) else "no pair"
+    result = stats.ttest_1samp(d, 0.0)
+    low, high = result.confidence_interval(0.95)
+    return f"{d.mean():+.2f} [{low:+.2f}, {high:+.2f}], p = {result.pvalue:.3g}, {len(d)} pairs"
+
+
+def summary(results: Path, seeds: list[int]) -> str:
+    """The protocol's endpoints, per - uniform paired by seed, over the seeds with both arms finished."""
+    pairs = {}
     for seed in seeds:
         paths = [record_path(results, arm, seed) for arm in ARMS]
-        if not all(p.exists() for p in paths):
-            continue
-        uniform, per = (last_tenth_mean(json.load(gzip.open(p, "rt"))) for p in paths)
-        rows.append(f"| {seed} | {uniform:.2f} | {per:.2f} | {per - uniform:+.2f} |")
-        diffs.append(per - uniform)
-    lines = ["| seed | uniform | per | per - uniform |", "|---:|---:|---:|---:|", *rows]
-    if len(diffs) >= 2:
-        d = np.array(diffs)
-        half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / math.sqrt(len(d))
-        p = stats.ttest_1samp(d, 0.0).pvalue
-        status = "" if len(d) >= 5 else " (PARTIAL: fewer than 5 pairs, not a verdict)"
-        lines.append(f"\nMean difference {d.mean():+.2f}, 95% CI [{d.mean() - half:+.2f}, {d.mean() + half:+.2f}], "
-                     f"paired t p = {p:.3g}, {len(d)} pairs{status}")
+        if all(p.exists() for p in paths):
+            pairs[seed] = [json.load(gzip.open(p, "rt")) for p in paths]
+    partial = "" if len(pairs) >= 5 else " (PARTIAL: fewer than 5 pairs, not a verdict)"
+    endpoints = {"last 10% of frames, mean training return (primary)": lambda u, p: (last_tenth_mean(u),
+                                                                                    last_tenth_mean(p)),
+                 "learning-curve area, 30 frame bins (secondary 1)": lambda u, p: (learning_curve_area(u),
+                                                                                   learning_curve_area(p)),
+                 "last evaluation, eps 0.001 (secondary 2)": lambda u, p: (last_evaluation_mean(u),
+                                                                           last_evaluation_mean(p)),
+                 "equal training CPU time, last 10% of it (secondary 3)": equal_time_means}
+    lines = [f"Pairs finished: {len(pairs)} of {len(seeds)}{partial}", ""]
+    for name, measure in endpoints.items():
+        values = {seed: measure(*records) for seed, records in pairs.items()}
+        lines += [f"### {name}", "", "| seed | uniform | per | per - uniform |", "|---:|---:|---:|---:|"]
+        lines += [f"| {seed} | {u:.2f} | {p:.2f} | {p - u:+.2f} |" for seed, (u, p) in values.items()]
+        lines += ["", "per - uniform: " + paired_line([p - u for u, p in values.values()]), ""]
+    lines += ["### Cost per run (descriptive)", "", "| seed | arm | training CPU s | wall s | episodes |",
+              "|---:|---|---:|---:|---:|"]
+    lines += [f"| {seed} | {r['arm']} | {r['train_cpu_s']:.0f} | {r['wall_s']:.0f} | {len(r['episodes']['frame'])} |"
+              for seed, records in pairs.items() for r in records]
     return "\n".join(lines)
 
 
