@@ -17,7 +17,7 @@ def test_every_driver_starts_from_another_directory(tmp_path):
     commands = {
         "regime_search.py": ["--list", "--out", str(tmp_path / "regime")],
         "reproduce_tmr_cpu.py": ["--list", "--out", str(tmp_path / "reproduce"), "--arms", "electra", "tmr-fifo-uniform",
-                                 "delay-15", "delay-31"],
+                                 "delay-15", "delay-31", "--marks", "5000"],
         "regime_search_summary.py": ["--help"],
         "reproduce_tmr_summary.py": ["--help"],
         "prioritized_glue_summary.py": ["--help"],
@@ -58,6 +58,7 @@ def test_every_driver_starts_from_another_directory(tmp_path):
         assert (f"delay-{delay}-seed4: --no-progress --variant electra --seed 4 " in outputs["reproduce_tmr_cpu.py"]
                 and f"--delay-steps {delay} --output-dir {tmp_path / 'reproduce' / 'pretrain' / f'delay-{delay}-seed4'}"
                 in outputs["reproduce_tmr_cpu.py"])
+    assert "electra-seed4: fine-tuning at steps 5000 (new)\n" in outputs["reproduce_tmr_cpu.py"]  # --marks
     assert "| run |" in outputs["probe_discriminator_summary.py"]
     assert f"--run-dir {tmp_path / 'minatar' / 'breakout_per_seed4'}" in outputs["minatar_driver.py"]
     for name in ("regime_search_summary.py", "reproduce_tmr_summary.py", "prioritized_glue_summary.py",
