@@ -1,6 +1,6 @@
 """Tables and figure of issue 11's phase 2, recomputed from the committed compact records alone.
 
-    python experiments/reproduce_tmr_summary.py      # results/reproduce_tmr/ -> results/reproduction_tables.md + .png
+    python experiments/reproduce_tmr_summary.py      # results/reproduce_tmr/ -> results/reproduction_tables.md + 2 .png
 
 Reads results/reproduce_tmr/ (written by experiments/reproduce_tmr_cpu.py as runs finish; format in
 experiments/reproduce_tmr_data.py), so it works from a fresh clone with no ``runs/`` folder. It lists which runs
@@ -13,7 +13,9 @@ exist, then:
 - secondary (descriptive) endpoints with the same paired t intervals: held-out AUC and L_D at 25/50/100%, the
   mean AUC over training, the first step at AUC >= 0.6, and the held-out AUC at equal wall time;
 - runtime, drift and GLUE tables; the figure (main comparison in its own panel; arms with fewer than 3 seeds
-  drawn seed by seed; t bands clipped to the metric's range).
+  drawn seed by seed; t bands clipped to the metric's range), over seeds 0-4;
+- the main pair over every seed (`reproduction_main_pair.png`): held-out AUC of both arms, and the paired
+  difference over the confirmatory seeds (5-14) and over all seeds, so the answer shows at a glance.
 """
 from __future__ import annotations
 
@@ -224,6 +226,55 @@ def plot(runs: dict[str, dict[int, RunData]], path: Path) -> None:
         ax.legend(fontsize=7)
     for ax in (main, axes[0, 1], axes[1, 0]):
         ax.axhline(THRESHOLD, color="grey", linewidth=0.8, linestyle=":")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def paired_difference_band(arm: dict[int, RunData], base: dict[int, RunData], seeds: frozenset):
+    """Steps, mean and 95% t band over the paired seeds in ``seeds`` of held-out AUC, ``arm`` minus ``base``."""
+    shared = sorted(set(arm) & set(base) & seeds)
+    curves = [(arm[s].heldout_curve("heldout_auc"), base[s].heldout_curve("heldout_auc")) for s in shared]
+    length = min(min(len(a[1]), len(b[1])) for a, b in curves)
+    if any((a[0][:length] != b[0][:length]).any() for a, b in curves):
+        raise ValueError("the paired runs were evaluated at different steps")
+    matrix = np.array([a[1][:length] - b[1][:length] for a, b in curves])
+    mean = matrix.mean(0)
+    half = stats.t.ppf(0.975, len(matrix) - 1) * matrix.std(0, ddof=1) / np.sqrt(len(matrix))
+    return curves[0][0][0][:length], len(matrix), mean, mean - half, mean + half
+
+
+def plot_main_pair(runs: dict[str, dict[int, RunData]], path: Path) -> None:
+    """The answer at a glance: the main pair's held-out AUC over every seed (left), and the paired difference
+    TMR - ELECTRA over the confirmatory seeds and over all seeds (right), bands clipped to the metric's range."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arm, base = (runs[name] for name in CONFIRMATORY_PRIMARY)
+    every = frozenset(set(arm) & set(base))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
+    for name in MAIN_PAIR:
+        draw_arm(left, {s: r for s, r in runs[name].items() if s in every}, "heldout_auc", None,
+                 f"C{ARM_ORDER.index(name)}", name, limits=(0.0, 1.0))
+    left.axhline(THRESHOLD, color="grey", linewidth=0.8, linestyle=":")
+    left.set_title(f"held-out AUC, seeds {min(every)}-{max(every)} ({len(every)} pairs)")
+    left.set_ylabel("held-out AUC")
+    for seeds, color, label in ((CONFIRMATORY_SEEDS, "C3", "confirmatory seeds"), (every, "C7", "all seeds")):
+        if len(set(arm) & set(base) & seeds) < MIN_SEEDS_FOR_BAND:
+            continue
+        steps, n, mean, low, high = paired_difference_band(arm, base, seeds)
+        right.plot(steps, mean, color=color, label=f"{label} (n={n}), 95% t band")
+        right.fill_between(steps, np.clip(low, -1, 1), np.clip(high, -1, 1), color=color, alpha=0.2)
+    right.axhline(0.0, color="black", linewidth=0.8)
+    right.axvline(PRIMARY_STEP, color="grey", linewidth=0.8, linestyle="--", label=f"primary endpoint ({PRIMARY_STEP:,})")
+    right.set_title("paired difference, TMR (loss_diff) - ELECTRA")
+    right.set_ylabel("held-out AUC difference")
+    for ax in (left, right):
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -538,8 +589,12 @@ def main() -> int:
             + finetune_tables(glue_scores(finetuning_of(finetuning, EXPLORATORY_SEEDS))))
     results.mkdir(parents=True, exist_ok=True)
     (results / "reproduction_tables.md").write_text("\n".join(header + body) + "\n")
-    plot(first, results / "reproduction_curves.png")  # the 15-seed figure waits for the confirmatory runs
-    print(f"wrote {results / 'reproduction_tables.md'} and {results / 'reproduction_curves.png'}")
+    plot(first, results / "reproduction_curves.png")  # the 5-pair figure: seeds 0-4, every arm
+    figures = ["reproduction_curves.png"]
+    if all(name in runs for name in MAIN_PAIR):
+        plot_main_pair(runs, results / "reproduction_main_pair.png")
+        figures.append("reproduction_main_pair.png")
+    print(f"wrote {results / 'reproduction_tables.md'} and {', '.join(str(results / f) for f in figures)}")
     return 0
 
 

@@ -122,6 +122,24 @@ def test_summary_recomputes_tables_and_figure_from_the_records_alone(tmp_path):
     primary = [line for line in text.splitlines() if "tmr-loss_diff − electra |" in line][0]
     assert "(n=3, p=" in primary and "Bonferroni ×3" in primary
     assert (tmp_path / "tables" / "reproduction_curves.png").stat().st_size > 10_000
+    assert (tmp_path / "tables" / "reproduction_main_pair.png").stat().st_size > 10_000
+
+
+def test_main_pair_difference_band_is_the_t_band_of_the_paired_curves(tmp_path):
+    out = tmp_path / "runs"
+    for seed in (5, 6, 7, 8):
+        fake_run(out, f"electra-seed{seed}", seed, 0.0)
+        fake_run(out, f"tmr-loss_diff-seed{seed}", seed + 10, 0.02 * seed)
+    fake_run(out, "electra-seed9", 9, 0.0)  # no partner: left out
+    export_finished(out, tmp_path / "records")
+    runs = load_runs(tmp_path / "records")
+    steps, n, mean, low, high = summary.paired_difference_band(runs["tmr-loss_diff"], runs["electra"],
+                                                               frozenset({5, 6, 7, 9}))
+    diffs = np.array([runs["tmr-loss_diff"][s].heldout_curve("heldout_auc")[1]
+                      - runs["electra"][s].heldout_curve("heldout_auc")[1] for s in (5, 6, 7)])
+    half = stats.t.ppf(0.975, 2) * diffs.std(0, ddof=1) / np.sqrt(3)
+    assert n == 3 and list(steps) == list(range(250, STEPS + 1, 250))
+    assert mean == pytest.approx(diffs.mean(0)) and high - low == pytest.approx(2 * half)
 
 
 def test_figure_draws_small_arms_per_seed_and_clips_bands_to_the_metric_range(tmp_path):
