@@ -10,6 +10,8 @@ Public names:
   `DictReplayBuffer` whose samples carry importance ``weights`` and the sampled ``indices``;
 * `PrioritizedDQN`: DQN that weights its Huber loss and feeds |TD error| back;
 * `PrioritizedQRDQN` (needs sb3-contrib): the same for QR-DQN;
+* `PrioritizedSAC`, `PrioritizedTD3`: SAC and TD3 whose critics' squared TD errors are weighted and whose
+  critics' mean |TD error| is fed back;
 * `PrioritizedReplayBufferSamples`, `PrioritizedDictReplayBufferSamples`, `MissingFeedbackError`.
 
 Example:
@@ -29,6 +31,7 @@ except ImportError as err:  # pragma: no cover - exercised in an environment wit
                       ) from err
 
 from .buffers import PrioritizedDictReplayBuffer, PrioritizedReplayBuffer
+from .actor_critic import PrioritizedSAC, PrioritizedTD3
 from .dqn import PrioritizedDQN
 from .priorities import MissingFeedbackError, PrioritizedMixin
 from .samples import PrioritizedDictReplayBufferSamples, PrioritizedReplayBufferSamples
@@ -42,6 +45,8 @@ __all__ = [
     "PrioritizedQRDQN",
     "PrioritizedReplayBuffer",
     "PrioritizedReplayBufferSamples",
+    "PrioritizedSAC",
+    "PrioritizedTD3",
 ]
 
 

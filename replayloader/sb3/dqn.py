@@ -13,10 +13,10 @@ import torch as th
 from stable_baselines3 import DQN
 from torch.nn import functional as F
 
-from .training import PrioritizedAlgorithmMixin
+from .training import ValueBasedMixin
 
 
-class PrioritizedDQN(PrioritizedAlgorithmMixin, DQN):
+class PrioritizedDQN(ValueBasedMixin, DQN):
     """`stable_baselines3.DQN` with prioritized replay. Same arguments as DQN; the buffer defaults to
     `PrioritizedReplayBuffer` (`PrioritizedDictReplayBuffer` for dict observations), configured through
     ``replay_buffer_kwargs`` (``alpha``, ``beta``, ``priority_eps``, ``seed``). ``n_steps`` must be 1.

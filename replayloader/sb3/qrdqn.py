@@ -18,7 +18,7 @@ try:
 except ImportError as err:  # pragma: no cover - exercised in an environment without sb3-contrib
     raise ImportError('PrioritizedQRDQN needs sb3-contrib; install it with: pip install sb3-contrib') from err
 
-from .training import PrioritizedAlgorithmMixin
+from .training import ValueBasedMixin
 
 
 def quantile_huber_per_sample(current: th.Tensor, target: th.Tensor) -> th.Tensor:
@@ -32,7 +32,7 @@ def quantile_huber_per_sample(current: th.Tensor, target: th.Tensor) -> th.Tenso
     return (asymmetric * huber).sum(dim=1).mean(dim=1)
 
 
-class PrioritizedQRDQN(PrioritizedAlgorithmMixin, QRDQN):
+class PrioritizedQRDQN(ValueBasedMixin, QRDQN):
     """`sb3_contrib.QRDQN` with prioritized replay; same arguments as QRDQN, buffer options through
     ``replay_buffer_kwargs``.
 

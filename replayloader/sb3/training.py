@@ -1,16 +1,27 @@
-"""The one gradient-step loop every prioritized algorithm here shares.
+"""The one gradient-step loop every prioritized algorithm here shares, and the two families that plug into it.
 
-Why one loop: SB3's value-based ``train()`` methods (DQN's, QR-DQN's) differ only in the loss of a batch; the
-rest (train mode, learning-rate schedule, zero_grad / backward / clip / step, update counter, logging) is the
-same. A prioritized algorithm needs exactly two changes to that loop: the mean loss becomes an
-importance-weighted mean of per-transition losses, and each batch's new priorities go back to the buffer. So
-an algorithm class supplies only ``_per_sample_loss(batch) -> (losses, errors)``, both of shape (batch,)
-(the priorities are ``|errors|``),
-and this loop does the rest. It follows the structure of ``DQN.train`` in stable-baselines3 2.9.2 (and
-``QRDQN.train`` in sb3-contrib 2.9.2), the versions tested.
+Why one loop: a prioritized algorithm changes SB3's ``train()`` in exactly two places. Each batch's loss on the
+stored transitions becomes an importance-weighted mean, and each batch's new priorities go back to the buffer.
+Everything else (train mode, learning-rate schedules, the update counter, beta's progress, logging) is the same
+for every algorithm, so it lives in `PrioritizedAlgorithmMixin.train`, and an algorithm supplies one gradient
+step, ``_gradient_step(batch, step) -> errors`` (shape (batch,); the priorities are ``|errors|``), and the
+optimizers its learning rate drives.
+
+Two families fill that step:
+
+* value-based (`ValueBasedMixin`: DQN, QR-DQN): one optimizer; the class writes only
+  ``_per_sample_loss(batch) -> (losses, errors)``, and the weighted mean and the optimizer step are here;
+* actor-critic (SAC, TD3, in `actor_critic`): the critics' squared TD errors are weighted by
+  `weighted_critic_loss`, the actor's loss is not (PER's weights correct the critics' regression target
+  distribution; the actor is trained on states, as in SB3).
+
+The loop follows ``DQN.train`` / ``SAC.train`` / ``TD3.train`` of stable-baselines3 2.9.2 (and ``QRDQN.train``
+of sb3-contrib 2.9.2), the versions tested; with every weight 1 each algorithm's update equals SB3's (tested).
 """
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,9 +32,25 @@ from .buffers import PrioritizedDictReplayBuffer, PrioritizedReplayBuffer
 from .priorities import PrioritizedMixin
 
 
+def weighted_critic_loss(current: Sequence[th.Tensor], target: th.Tensor, weights: th.Tensor,
+                         scale: float = 1.0) -> tuple[th.Tensor, th.Tensor]:
+    """The critics' regression loss with importance weights, and each transition's TD error for its priority.
+
+    ``current``: each critic's Q(s, a), shape (batch, 1); ``target``: the shared target, (batch, 1);
+    ``weights``: (batch, 1). Returns ``scale * sum over critics of mean_i(w_i * (Q_i - target_i) ** 2)``, which is
+    SB3's ``scale * sum(F.mse_loss(q, target))`` when every weight is 1, and the mean over the critics of
+    ``Q - target`` (detached, shape (batch,)): one error per transition from all critics, so a transition one
+    critic fits badly still comes back often.
+    """
+    errors = th.cat([q - target for q in current], dim=1)  # (batch, n_critics)
+    per_sample = errors.pow(2).sum(dim=1)  # summed over critics
+    loss = scale * th.dot(weights.view(-1), per_sample) / per_sample.shape[0]
+    return loss, errors.detach().mean(dim=1)
+
+
 class PrioritizedAlgorithmMixin:
-    """For an SB3 off-policy algorithm with ``policy.optimizer`` and ``max_grad_norm`` (DQN, QR-DQN): picks a
-    prioritized buffer by default, refuses a non-prioritized one, and trains with weights and feedback."""
+    """For an SB3 off-policy algorithm: picks a prioritized buffer by default, refuses a non-prioritized one and
+    n-step returns, and trains with weights and feedback through one loop (see the module docstring)."""
 
     def _setup_model(self) -> None:
         if self.replay_buffer_class is None:
@@ -37,7 +64,13 @@ class PrioritizedAlgorithmMixin:
                              f"for it), got {self.n_steps!r}")
         super()._setup_model()  # type: ignore[misc]
 
-    def _per_sample_loss(self, batch: Any) -> tuple[th.Tensor, th.Tensor]:
+    def _optimizers(self) -> list[th.optim.Optimizer]:
+        """The optimizers whose learning rate SB3's schedule sets before each ``train``."""
+        raise NotImplementedError
+
+    def _gradient_step(self, batch: Any, step: int) -> th.Tensor:
+        """One update from ``batch`` (the ``step``-th of this ``train`` call); returns the signed errors whose
+        absolute values become the batch's priorities. Losses to log go to ``self._logged[name]``."""
         raise NotImplementedError
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
@@ -47,20 +80,36 @@ class PrioritizedAlgorithmMixin:
                             f"{type(buffer).__name__} (was a plain buffer loaded with load_replay_buffer?)")
         buffer.progress = min(max(1.0 - self._current_progress_remaining, 0.0), 1.0)
         self.policy.set_training_mode(True)
-        self._update_learning_rate(self.policy.optimizer)
-        losses = []
-        for _ in range(gradient_steps):
+        self._update_learning_rate(self._optimizers())
+        self._logged: defaultdict[str, list[float]] = defaultdict(list)
+        for step in range(gradient_steps):
+            self._n_updates += 1  # before the step: TD3's policy delay counts this update
             batch = buffer.sample(batch_size, env=self._vec_normalize_env)
-            per_sample, priorities = self._per_sample_loss(batch)
-            loss = th.dot(batch.weights.view(-1), per_sample) / per_sample.shape[0]  # the weighted mean, one op
-            self.policy.optimizer.zero_grad()
-            loss.backward()
-            if self.max_grad_norm is not None:
-                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-            self.policy.optimizer.step()
-            buffer.update_priorities(batch.indices, np.abs(priorities.detach().cpu().numpy()))  # |.| in numpy: cheaper
-            losses.append(loss.item())
-        self._n_updates += gradient_steps
+            errors = self._gradient_step(batch, step)
+            buffer.update_priorities(batch.indices, np.abs(errors.detach().cpu().numpy()))  # |.| in numpy: cheaper
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
-        self.logger.record("train/loss", float(np.mean(losses)))
+        for name, values in self._logged.items():
+            self.logger.record(f"train/{name}", float(np.mean(values)))
         self.logger.record("train/per_beta", buffer.current_beta())
+
+
+class ValueBasedMixin(PrioritizedAlgorithmMixin):
+    """DQN-like algorithms (``policy.optimizer``, ``max_grad_norm``): the class writes the per-transition loss,
+    ``_per_sample_loss(batch) -> (losses, errors)``, both of shape (batch,)."""
+
+    def _per_sample_loss(self, batch: Any) -> tuple[th.Tensor, th.Tensor]:
+        raise NotImplementedError
+
+    def _optimizers(self) -> list[th.optim.Optimizer]:
+        return [self.policy.optimizer]
+
+    def _gradient_step(self, batch: Any, step: int) -> th.Tensor:
+        per_sample, errors = self._per_sample_loss(batch)
+        loss = th.dot(batch.weights.view(-1), per_sample) / per_sample.shape[0]  # the weighted mean, one op
+        self.policy.optimizer.zero_grad()
+        loss.backward()
+        if self.max_grad_norm is not None:
+            th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+        self.policy.optimizer.step()
+        self._logged["loss"].append(loss.item())
+        return errors
