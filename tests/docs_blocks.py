@@ -14,6 +14,7 @@ BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 # (page, the text the block is the first python block after) -> the test file that runs it
 EXECUTED = {
     ("README.md", "## Quickstart"): "tests/test_readme.py",
+    ("README.md", "**Stable-Baselines3**"): "tests/test_readme.py",
     ("docs/strategies.md", "Optional speed hook:"): "tests/test_readme.py",
     ("docs/loader.md", "## Stateful producers"): "tests/test_readme.py",
     ("docs/loader.md", "## Background producers"): "tests/test_readme.py",

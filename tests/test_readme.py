@@ -46,3 +46,15 @@ def test_state_files_example_runs(capsys):
     code = block("docs/state.md", "# State files")
     exec(compile(code, "docs state files", "exec"), {})  # the block asserts the buffer is unchanged
     assert "buffer state['size'] must be in [0, 64], got 1000" in capsys.readouterr().out
+
+
+def test_sb3_example_runs(capsys):
+    import pytest
+
+    pytest.importorskip("stable_baselines3")
+    code = block("README.md", "**Stable-Baselines3**")
+    assert len(code.strip().splitlines()) <= 15
+    exec(compile(code, "README sb3", "exec"), {})
+    size, beta, largest_weight = capsys.readouterr().out.split()
+    assert int(size) == 1000 and float(beta) > 0.99  # annealed from 0.4 to 1 over learn()
+    assert 0 < float(largest_weight) <= 1.0  # weights are normalised by the largest possible one
