@@ -34,9 +34,9 @@ from replayloader.sb3 import PrioritizedDQN
 ARMS = {"uniform": DQN, "prioritized": PrioritizedDQN}
 
 
-def run_once(arm: str, buffer_size: int, steps: int, seed: int) -> tuple[float, float]:
+def run_once(arm: str, buffer_size: int, steps: int, seed: int, device: str = "cpu") -> tuple[float, float]:
     """Wall seconds and process CPU seconds of ``learn(steps)`` for one fresh model."""
-    model = ARMS[arm]("MlpPolicy", "CartPole-v1", buffer_size=buffer_size, seed=seed, device="cpu")
+    model = ARMS[arm]("MlpPolicy", "CartPole-v1", buffer_size=buffer_size, seed=seed, device=device)
     wall, cpu = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=steps)
     return time.perf_counter() - wall, time.process_time() - cpu
@@ -57,6 +57,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--steps", type=int, default=15_000, help="environment steps per timed run")
+    parser.add_argument("--device", default="cpu", help="torch device of the networks and sampled batches "
+                        "(the buffers store on the host, as SB3's do)")
     parser.add_argument("--load", default="no other jobs were reported",
                         help="what else ran on the machine meanwhile, written into the report")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "sb3_speed.md")
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> str:
     torch.set_num_threads(1)
 
     for arm in ARMS:  # warm-up, untimed
-        run_once(arm, 10_000, 500, seed=0)
+        run_once(arm, 10_000, 500, seed=0, device=args.device)
 
     started = time.perf_counter()
     rows = []
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> str:
         for repeat in range(args.repeats):
             order = list(ARMS) if repeat % 2 == 0 else list(ARMS)[::-1]
             for arm in order:
-                wall, used = run_once(arm, size, args.steps, seed=repeat)
+                wall, used = run_once(arm, size, args.steps, seed=repeat, device=args.device)
                 seconds[arm].append(wall)
                 cpu[arm].append(used)
             print(f"size {size:>9,} repeat {repeat}: " + ", ".join(
@@ -92,7 +94,9 @@ def main(argv: list[str] | None = None) -> str:
         "",
         f"Command: `{command.strip()}`  ",
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",
-        f"Machine: {cpu_name()}, {torch.get_num_threads()} torch thread, CPU only; meanwhile: {args.load}. "
+        f"Machine: {cpu_name()}, {torch.get_num_threads()} torch thread, "
+        f"{torch.cuda.get_device_name(args.device) + ' for the networks' if args.device.startswith('cuda') else 'CPU only'}"
+        f"; meanwhile: {args.load}. "
         "Absolute speeds move with the machine's load; the paired ratio is the number to read.  ",
         f"Software: Python {platform.python_version()}, stable-baselines3 {stable_baselines3.__version__}, "
         f"torch {torch.__version__}, numpy {np.__version__}.  ",
