@@ -3,6 +3,7 @@
     python experiments/sb3_minatar.py                      # the protocol's grid: arms uniform per, seeds 0-4
     python experiments/sb3_minatar.py --list               # each run, done or not, and its command; runs nothing
     python experiments/sb3_minatar.py --summary            # the protocol's endpoints from the finished records
+    python experiments/sb3_minatar.py --summary --out results/sb3_minatar.md   # ... also written, with a figure
     python experiments/sb3_minatar.py --arm per --seed 0   # one run in this process (what the driver starts)
 
 Protocol: results/sb3_minatar_protocol.md. The driver starts one process per (arm, seed), seed by seed with
@@ -234,6 +235,41 @@ def summary(results: Path, seeds: list[int]) -> str:
     return "\n".join(lines)
 
 
+def plot_curves(results: Path, seeds: list[int], path: Path, bins: int = 30) -> None:
+    """Descriptive: each arm's training return per frame bin, mean over the seeds with a finished run, and each
+    seed's curve faintly."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for color, arm in zip(("C0", "C1"), ARMS):
+        curves = []
+        for seed in seeds:
+            path_in = record_path(results, arm, seed)
+            if not path_in.exists():
+                continue
+            with gzip.open(path_in, "rt") as handle:
+                r = json.load(handle)
+            frame, ret = np.asarray(r["episodes"]["frame"]), np.asarray(r["episodes"]["return"])
+            which = np.minimum(((frame - 1) * bins) // r["frames"], bins - 1)
+            curve = np.array([ret[which == b].mean() if (which == b).any() else np.nan for b in range(bins)])
+            x = (np.arange(bins) + 0.5) * r["frames"] / bins
+            ax.plot(x, curve, color=color, alpha=0.25, linewidth=0.8)
+            curves.append(curve)
+        if curves:
+            ax.plot(x, np.nanmean(curves, axis=0), color=color, linewidth=2, label=f"{arm} (mean of {len(curves)})")
+    ax.set_xlabel("frame")
+    ax.set_ylabel("training return (mean per bin)")
+    ax.set_title("SB3 DQN, MinAtar Breakout")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
@@ -250,10 +286,21 @@ def main(argv: list[str] | None = None) -> None:
                         help="runs at once, in grid order (2: the two arms of a seed side by side)")
     parser.add_argument("--list", action="store_true")
     parser.add_argument("--summary", action="store_true")
+    parser.add_argument("--out", type=Path, help="with --summary: write the tables here and the learning curves "
+                        "beside it (same name, .png)")
     args = parser.parse_args(argv)
 
     if args.summary:
-        print(summary(args.results, args.seeds))
+        text = summary(args.results, args.seeds)
+        print(text)
+        if args.out is not None:
+            figure = args.out.with_suffix(".png")
+            plot_curves(args.results, args.seeds, figure)
+            command = f"python experiments/sb3_minatar.py --summary --out {args.out.as_posix()}"
+            args.out.write_text(f"# SB3 DQN on MinAtar Breakout, prioritized vs uniform replay (generated)\n\n"
+                                f"Made by `{command}` from the records in `{args.results.name}/`; protocol: "
+                                f"`results/sb3_minatar_protocol.md`. Learning curves: `{figure.name}`.\n\n"
+                                f"{text}\n")
         return
     if (args.arm is None) != (args.seed is None):
         parser.error("--arm and --seed go together (one run); leave both out to drive the grid")

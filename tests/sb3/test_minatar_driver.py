@@ -79,3 +79,6 @@ def test_driver_runs_both_arms_side_by_side_and_skips_finished_runs(tmp_path, ca
     sb3_minatar.main(settings)
     assert capsys.readouterr().out.count("done, skipped") == 2
     assert "Pairs finished: 1 of 1" in sb3_minatar.summary(tmp_path, [0])
+    report = tmp_path / "report.md"
+    sb3_minatar.main(["--summary", "--seeds", "0", "--results", str(tmp_path), "--out", str(report)])
+    assert "Pairs finished: 1 of 1" in report.read_text() and report.with_suffix(".png").stat().st_size > 5_000
