@@ -6,8 +6,9 @@ of `replayloader` needs only numpy and numba. Nothing here is imported by ``impo
 
 Public names:
 
-* `PrioritizedReplayBuffer`, `PrioritizedDictReplayBuffer`: drop-in subclasses of SB3's `ReplayBuffer` and
-  `DictReplayBuffer` whose samples carry importance ``weights`` and the sampled ``indices``;
+* `PrioritizedReplayBuffer`, `PrioritizedDictReplayBuffer`, `PrioritizedNStepReplayBuffer`: drop-in subclasses
+  of SB3's `ReplayBuffer`, `DictReplayBuffer` and `NStepReplayBuffer` whose samples carry importance ``weights``
+  and the sampled ``indices``;
 * `PrioritizedDQN`: DQN that weights its Huber loss and feeds |TD error| back;
 * `PrioritizedQRDQN` (needs sb3-contrib): the same for QR-DQN;
 * `PrioritizedSAC`, `PrioritizedTD3`: SAC and TD3 whose critics' squared TD errors are weighted and whose
@@ -30,7 +31,7 @@ except ImportError as err:  # pragma: no cover - exercised in an environment wit
     raise ImportError('replayloader.sb3 needs Stable-Baselines3; install it with: pip install "replayloader[sb3]"'
                       ) from err
 
-from .buffers import PrioritizedDictReplayBuffer, PrioritizedReplayBuffer
+from .buffers import PrioritizedDictReplayBuffer, PrioritizedNStepReplayBuffer, PrioritizedReplayBuffer
 from .actor_critic import PrioritizedSAC, PrioritizedTD3
 from .dqn import PrioritizedDQN
 from .priorities import MissingFeedbackError, PrioritizedMixin
@@ -42,6 +43,7 @@ __all__ = [
     "PrioritizedDictReplayBuffer",
     "PrioritizedDictReplayBufferSamples",
     "PrioritizedMixin",
+    "PrioritizedNStepReplayBuffer",
     "PrioritizedQRDQN",
     "PrioritizedReplayBuffer",
     "PrioritizedReplayBufferSamples",

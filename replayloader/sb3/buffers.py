@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.buffers import DictReplayBuffer, ReplayBuffer
+from stable_baselines3.common.buffers import DictReplayBuffer, NStepReplayBuffer, ReplayBuffer
+
+from .. import _checks as checks
 
 from .priorities import PrioritizedMixin
 from .samples import PrioritizedDictReplayBufferSamples, PrioritizedReplayBufferSamples
@@ -99,3 +101,60 @@ class PrioritizedDictReplayBuffer(PrioritizedMixin, DictReplayBuffer):
                 self.to_torch(terminal.reshape(-1, 1)),
                 self.to_torch(self._normalize_reward(self.rewards[rows, envs].reshape(-1, 1), env)),
                 None)
+
+
+class PrioritizedNStepReplayBuffer(PrioritizedMixin, NStepReplayBuffer):
+    """SB3's `NStepReplayBuffer` (n-step returns computed at sampling time) with the same prioritized sampling as
+    `PrioritizedReplayBuffer`. A prioritized algorithm built with ``n_steps > 1`` picks it; its priority is then
+    the n-step TD error.
+
+    Args (besides `PrioritizedReplayBuffer`'s): ``n_steps`` (>= 1) and ``gamma`` (in [0, 1]), SB3's; the
+    algorithm passes its own. ``optimize_memory_usage`` is refused, as SB3's n-step buffer refuses it.
+
+    The n-step reading follows SB3 2.9's ``NStepReplayBuffer._get_samples`` field for field, for the (position,
+    env) pairs the tree drew: rewards are summed with gamma ** k until the first done or time-out (inclusive) or
+    the newest stored row, whichever comes first (a sequence never reads past what was written last), the
+    bootstrap's discount is gamma ** (steps summed), and the next observation and done are those of the last
+    step summed (a time-out is not terminal).
+
+    >>> import numpy as np
+    >>> from gymnasium import spaces
+    >>> from replayloader.sb3 import PrioritizedNStepReplayBuffer
+    >>> buffer = PrioritizedNStepReplayBuffer(20, spaces.Box(-1, 1, (1,)), spaces.Discrete(2), n_steps=3,
+    ...                                       gamma=0.5, seed=0)
+    >>> for t in range(6):
+    ...     buffer.add(np.zeros(1), np.zeros(1), np.array([0]), np.array([1.0]), np.array([t == 1]), [{}])
+    >>> rows = np.array([0, 2, 5])  # an episode ending at row 1; a full 3 steps; the newest row
+    >>> batch = buffer._gather(rows, np.zeros(3, dtype=np.int64), None)
+    >>> batch[4].ravel().tolist(), batch[5].ravel().tolist(), batch[3].ravel().tolist()  # returns, discounts, dones
+    ([1.5, 1.75, 1.0], [0.25, 0.125, 0.5], [1.0, 0.0, 0.0])
+    """
+
+    _samples_type = PrioritizedReplayBufferSamples
+
+    def __init__(self, *args: Any, n_steps: int = 3, gamma: float = 0.99, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.n_steps = checks.integer("n_steps", n_steps, 1)
+        self.gamma = checks.number("gamma", gamma, 0.0, 1.0)
+
+    def _gather(self, rows: np.ndarray, envs: np.ndarray, env: Any) -> tuple:
+        offsets = np.arange(self.n_steps)
+        sequence = (rows[:, None] + offsets) % self.buffer_size  # (batch, n_steps) rows read
+        column = envs[:, None]
+        newest = (self.pos - 1) % self.buffer_size
+        ends = (self.dones[sequence, column].astype(bool) | self.timeouts[sequence, column].astype(bool)
+                | (sequence == newest))
+        summed = np.where(ends.any(axis=1), ends.argmax(axis=1), self.n_steps - 1)  # index of the last step
+        kept = offsets[None, :] <= summed[:, None]
+        rewards = self._normalize_reward(self.rewards[sequence, column], env)
+        powers = self.gamma ** offsets.astype(np.float32)
+        returns = (rewards * powers[None, :] * kept).sum(axis=1, keepdims=True)
+        discounts = self.gamma ** kept.sum(axis=1, keepdims=True).astype(np.float32)
+        last = (rows + summed) % self.buffer_size
+        terminal = self.dones[last, envs] * (1.0 - self.timeouts[last, envs])
+        return (self.to_torch(self._normalize_obs(self.observations[rows, envs], env)),
+                self.to_torch(self.actions[rows, envs]),
+                self.to_torch(self._normalize_obs(self.next_observations[last, envs], env)),
+                self.to_torch(terminal.reshape(-1, 1).astype(np.float32)),
+                self.to_torch(returns),
+                self.to_torch(discounts))

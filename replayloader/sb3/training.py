@@ -20,6 +20,7 @@ of sb3-contrib 2.9.2), the versions tested; with every weight 1 each algorithm's
 """
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -28,7 +29,7 @@ import numpy as np
 import torch as th
 from gymnasium import spaces
 
-from .buffers import PrioritizedDictReplayBuffer, PrioritizedReplayBuffer
+from .buffers import PrioritizedDictReplayBuffer, PrioritizedNStepReplayBuffer, PrioritizedReplayBuffer
 from .priorities import PrioritizedMixin
 
 
@@ -49,20 +50,35 @@ def weighted_critic_loss(current: Sequence[th.Tensor], target: th.Tensor, weight
 
 
 class PrioritizedAlgorithmMixin:
-    """For an SB3 off-policy algorithm: picks a prioritized buffer by default, refuses a non-prioritized one and
-    n-step returns, and trains with weights and feedback through one loop (see the module docstring)."""
+    """For an SB3 off-policy algorithm: picks a prioritized buffer by default (the n-step one when ``n_steps > 1``),
+    refuses a non-prioritized one, and trains with weights and feedback through one loop (see the module docstring)."""
 
     def _setup_model(self) -> None:
+        n_steps = getattr(self, "n_steps", 1)
+        dict_obs = isinstance(self.observation_space, spaces.Dict)
         if self.replay_buffer_class is None:
-            dict_obs = isinstance(self.observation_space, spaces.Dict)
-            self.replay_buffer_class = PrioritizedDictReplayBuffer if dict_obs else PrioritizedReplayBuffer
+            if n_steps > 1 and dict_obs:
+                raise ValueError(f"n_steps must be 1 with dict observations (SB3 has no n-step dict buffer), "
+                                 f"got {n_steps!r}")
+            self.replay_buffer_class = (PrioritizedNStepReplayBuffer if n_steps > 1 else
+                                        PrioritizedDictReplayBuffer if dict_obs else PrioritizedReplayBuffer)
         elif not issubclass(self.replay_buffer_class, PrioritizedMixin):
             raise ValueError(f"replay_buffer_class must be a prioritized buffer (a subclass of "
                              f"replayloader.sb3.PrioritizedMixin), got {self.replay_buffer_class.__name__}")
-        if getattr(self, "n_steps", 1) != 1:
-            raise ValueError(f"n_steps must be 1 with a prioritized buffer (n-step returns are not implemented "
-                             f"for it), got {self.n_steps!r}")
-        super()._setup_model()  # type: ignore[misc]
+        n_step_buffer = issubclass(self.replay_buffer_class, PrioritizedNStepReplayBuffer)
+        if n_steps > 1 and not n_step_buffer:
+            raise ValueError(f"n_steps={n_steps!r} needs replay_buffer_class PrioritizedNStepReplayBuffer (or "
+                             f"None, which picks it), got {self.replay_buffer_class.__name__}")
+        if n_step_buffer:  # the buffer sums the returns with the algorithm's n_steps and gamma, as in SB3
+            wanted = {"gamma": self.gamma} | ({"n_steps": n_steps} if n_steps > 1 else {})
+            for name, value in wanted.items():
+                given = self.replay_buffer_kwargs.setdefault(name, value)
+                if given != value:
+                    raise ValueError(f"replay_buffer_kwargs[{name!r}] must equal the algorithm's {name} "
+                                     f"{value!r}, got {given!r}")
+        with warnings.catch_warnings():  # SB3 warns that a custom buffer class ignores n_steps; this one uses it
+            warnings.filterwarnings("ignore", message=r"`n_steps=\d+` is ignored because a custom")
+            super()._setup_model()  # type: ignore[misc]
 
     def _optimizers(self) -> list[th.optim.Optimizer]:
         """The optimizers whose learning rate SB3's schedule sets before each ``train``."""

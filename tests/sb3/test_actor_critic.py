@@ -96,8 +96,8 @@ def test_trains_with_weights_and_feeds_the_critics_errors_back(cls):
 def test_refusals_are_the_shared_ones(ours_cls, theirs_cls):
     with pytest.raises(ValueError, match="replay_buffer_class must be a prioritized buffer.*got ReplayBuffer"):
         small(ours_cls, replay_buffer_class=ReplayBuffer)
-    with pytest.raises(ValueError, match="n_steps must be 1 with a prioritized buffer.*got 3"):
-        small(ours_cls, n_steps=3)
+    with pytest.raises(ValueError, match="n_steps=3 needs replay_buffer_class PrioritizedNStepReplayBuffer"):
+        small(ours_cls, n_steps=3, replay_buffer_class=PrioritizedReplayBuffer)
     plain = small(theirs_cls, replay_buffer_class=PrioritizedReplayBuffer, gradient_steps=2)
     with pytest.raises(MissingFeedbackError, match="not feeding priorities back"):
         plain.learn(total_timesteps=100)

@@ -79,8 +79,9 @@ def test_sb3_dqn_with_a_prioritized_buffer_fails_loudly():
 def test_prioritized_dqn_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="replay_buffer_class must be a prioritized buffer.*got ReplayBuffer"):
         small_dqn(replay_buffer_class=ReplayBuffer)
-    with pytest.raises(ValueError, match="n_steps must be 1 with a prioritized buffer.*got 3"):
-        small_dqn(n_steps=3)
+    with pytest.raises(ValueError, match="n_steps=3 needs replay_buffer_class PrioritizedNStepReplayBuffer.*"
+                                         "got PrioritizedReplayBuffer"):
+        small_dqn(n_steps=3, replay_buffer_class=PrioritizedReplayBuffer)
 
 
 def test_dict_observations_train(monkeypatch):
