@@ -22,6 +22,8 @@ from replayloader.sb3.training import weighted_critic_loss
 
 ENV = "Pendulum-v1"
 ALGORITHMS = [(PrioritizedSAC, SAC), (PrioritizedTD3, TD3)]
+UPDATES = [(PrioritizedSAC, SAC, {}), (PrioritizedSAC, SAC, {"ent_coef": 0.2}),  # learned and fixed entropy
+           (PrioritizedSAC, SAC, {"use_sde": True}), (PrioritizedTD3, TD3, {})]
 
 
 def small(cls, **kwargs):
@@ -48,16 +50,16 @@ def test_weighted_critic_loss_matches_numpy(batch, critics, scale, seed):
     th.testing.assert_close(unit, reference)  # SB3's critic loss when every weight is 1
 
 
-@pytest.mark.parametrize("ours_cls, theirs_cls", ALGORITHMS)
-def test_unit_weights_give_exactly_sb3_updates(ours_cls, theirs_cls):
+@pytest.mark.parametrize("ours_cls, theirs_cls, options", UPDATES)
+def test_unit_weights_give_exactly_sb3_updates(ours_cls, theirs_cls, options):
     """alpha = 0: every weight is 1, so two updates (TD3: one with and one without the delayed actor step) must
     equal SB3's train() on the same batch and the same torch random draws."""
-    ours = small(ours_cls, replay_buffer_kwargs={"alpha": 0.0})
-    theirs = small(theirs_cls)
+    ours = small(ours_cls, replay_buffer_kwargs={"alpha": 0.0}, **options)
+    theirs = small(theirs_cls, **options)
     theirs.policy.load_state_dict(ours.policy.state_dict())
     for name in ("actor", "critic"):
         getattr(theirs, name).optimizer.load_state_dict(getattr(ours, name).optimizer.state_dict())
-    if ours_cls is PrioritizedSAC:
+    if ours_cls is PrioritizedSAC and ours.ent_coef_optimizer is not None:
         theirs.log_ent_coef.data.copy_(ours.log_ent_coef.data)
         theirs.ent_coef_optimizer.load_state_dict(ours.ent_coef_optimizer.state_dict())
     ours.learn(total_timesteps=64)  # fills the buffer, no update yet (learning_starts)
@@ -90,6 +92,18 @@ def test_trains_with_weights_and_feeds_the_critics_errors_back(cls):
     assert buffer.current_beta() == pytest.approx(1.0)
     assert np.isfinite(model.logger.name_to_value["train/critic_loss"])
     assert model.logger.name_to_value["train/per_beta"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_several_envs_train_and_every_env_is_fed_back():
+    from stable_baselines3.common.env_util import make_vec_env
+
+    model = PrioritizedSAC("MlpPolicy", make_vec_env(ENV, n_envs=2, seed=0), buffer_size=600, learning_starts=64,
+                           batch_size=16, seed=0, device="cpu", policy_kwargs={"net_arch": [16]})
+    model.learn(total_timesteps=300)
+    buffer = model.replay_buffer
+    assert buffer.n_envs == 2 and buffer.stored_slots() == 300
+    fed = np.flatnonzero(buffer.priorities() != buffer.priorities().max()) % 2
+    assert set(fed) == {0, 1}
 
 
 @pytest.mark.parametrize("ours_cls, theirs_cls", ALGORITHMS)
