@@ -2,6 +2,7 @@
 summary to recompute its tables and figure with paired t intervals."""
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -39,7 +40,28 @@ def fake_run(root: Path, name: str, seed: int, lift: float, finished: bool = Tru
     (run / "config.json").write_text(json.dumps({"seed": seed}))
     if finished:
         (run / "summary.json").write_text(json.dumps({"steps": STEPS}))
+        (run / "discriminator").mkdir()
+        for file in ("config.json", "tokenizer_config.json", "model.safetensors", "tokenizer.json"):
+            (run / "discriminator" / file).write_text(f"{name} {file}")
     return run
+
+
+def test_confirmatory_main_pair_discriminators_are_kept_once(tmp_path):
+    out, results = tmp_path / "runs", tmp_path / "records"
+    for name in ("electra-seed7", "tmr-loss_diff-seed14", "tmr-fifo-uniform-seed7", "electra-seed3"):
+        fake_run(out, name, 0, 0.0)
+    fake_run(out, "electra-seed8", 0, 0.0, finished=False)
+    export_finished(out, results)
+    kept = results / "discriminators"
+    assert sorted(p.name for p in kept.iterdir()) == ["electra-seed7", "tmr-loss_diff-seed14"]
+    folder = kept / "electra-seed7"
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "model.safetensors.gz", "tokenizer.json.gz",
+                                                         "tokenizer_config.json"]
+    assert gzip.decompress((folder / "model.safetensors.gz").read_bytes()) == b"electra-seed7 model.safetensors"
+    before = {p: p.read_bytes() for p in folder.iterdir()}
+    (out / "pretrain" / "electra-seed7" / "discriminator" / "config.json").write_text("changed later")
+    assert not any("discriminators" in str(p) for p in export_finished(out, results))  # kept as first written
+    assert {p: p.read_bytes() for p in folder.iterdir()} == before
 
 
 def test_compact_record_keeps_exact_window_means_scorings_and_times(tmp_path):
