@@ -151,7 +151,7 @@ class PrioritizedMixin:
             raise MissingFeedbackError(
                 "sample() was called again, but the previous prioritized batch got no update_priorities(). "
                 "The algorithm is not feeding priorities back (SB3's own DQN/SAC/TD3 do not): use "
-                "replayloader.sb3.PrioritizedDQN (or PrioritizedQRDQN), call "
+                "replayloader.sb3.PrioritizedDQN (or PrioritizedQRDQN, PrioritizedSAC, PrioritizedTD3), call "
                 "buffer.update_priorities(batch.indices, td_errors) after each sample, or build the buffer "
                 "with require_feedback=False to sample without feedback on purpose.")
         checks.integer("batch_size", batch_size, 1)
