@@ -27,6 +27,11 @@ def _discount(model: Any, batch: Any) -> Any:
     return model.gamma if batch.discounts is None else batch.discounts
 
 
+def _smallest_q(values: tuple[th.Tensor, ...]) -> th.Tensor:
+    """The smallest of the critics' Q-values per transition, (batch, 1): clipped double Q, as SB3 takes it."""
+    return th.cat(values, dim=1).min(dim=1, keepdim=True)[0]
+
+
 class PrioritizedSAC(PrioritizedAlgorithmMixin, SAC):
     """`stable_baselines3.SAC` with prioritized replay. Same arguments as SAC; the buffer defaults to
     `PrioritizedReplayBuffer` (`PrioritizedDictReplayBuffer` for dict observations), configured through
@@ -62,7 +67,7 @@ class PrioritizedSAC(PrioritizedAlgorithmMixin, SAC):
 
         with th.no_grad():
             next_actions, next_log_prob = self.actor.action_log_prob(batch.next_observations)
-            next_q = th.cat(self.critic_target(batch.next_observations, next_actions), dim=1).min(dim=1, keepdim=True)[0]
+            next_q = _smallest_q(self.critic_target(batch.next_observations, next_actions))
             next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
             target = batch.rewards + (1 - batch.dones) * _discount(self, batch) * next_q
         critic_loss, errors = weighted_critic_loss(self.critic(batch.observations, batch.actions), target,
@@ -72,7 +77,7 @@ class PrioritizedSAC(PrioritizedAlgorithmMixin, SAC):
         self.critic.optimizer.step()
         self._logged["critic_loss"].append(critic_loss.item())
 
-        q_pi = th.cat(self.critic(batch.observations, actions_pi), dim=1).min(dim=1, keepdim=True)[0]
+        q_pi = _smallest_q(self.critic(batch.observations, actions_pi))
         actor_loss = (ent_coef * log_prob - q_pi).mean()
         self.actor.optimizer.zero_grad()
         actor_loss.backward()
@@ -105,7 +110,7 @@ class PrioritizedTD3(PrioritizedAlgorithmMixin, TD3):
             noise = batch.actions.clone().data.normal_(0, self.target_policy_noise)
             noise = noise.clamp(-self.target_noise_clip, self.target_noise_clip)
             next_actions = (self.actor_target(batch.next_observations) + noise).clamp(-1, 1)
-            next_q = th.cat(self.critic_target(batch.next_observations, next_actions), dim=1).min(dim=1, keepdim=True)[0]
+            next_q = _smallest_q(self.critic_target(batch.next_observations, next_actions))
             target = batch.rewards + (1 - batch.dones) * _discount(self, batch) * next_q
         critic_loss, errors = weighted_critic_loss(self.critic(batch.observations, batch.actions), target,
                                                    batch.weights)
