@@ -22,7 +22,7 @@ def load(path):
 
 
 def test_every_example_has_a_test_here():
-    tested = {"electra_tmr.py", "sb3_per_dqn.py",  # here
+    tested = {"electra_tmr.py", "sb3_per_dqn.py", "sb3_per_sac.py",  # here
               "replay_loader.py", "dataloader_sampler.py", "hf_trainer.py", "rho_loss.py", "lightning_sampler.py",
               "dqn_per.py",  # tests/test_user_examples.py
               "ddp_sampler.py",  # tests/distributed/test_example_ddp.py (torchrun)
@@ -66,6 +66,22 @@ def test_sb3_example_trains_both_arms(capsys):
     printed = capsys.readouterr().out
     assert set(returns) == {"uniform", "prioritized"}
     assert "prioritized: greedy return" in printed and "prioritized buffer: 768 transitions" in printed
+
+
+@pytest.mark.parametrize("n_steps, buffer", [("1", "PrioritizedReplayBuffer"), ("3", "PrioritizedNStepReplayBuffer")])
+def test_sb3_sac_example_trains_both_arms(capsys, n_steps, buffer):
+    pytest.importorskip("stable_baselines3")
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        returns = load(EXAMPLES / "sb3_per_sac.py").main(
+            ["--total-timesteps", "300", "--learning-starts", "100", "--eval-episodes", "1", "--n-steps", n_steps])
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    assert set(returns) == {"uniform", "prioritized"}
+    assert f"prioritized buffer ({buffer}): 300 transitions" in printed
 
 
 def test_mixing_example_trains_on_a_learned_mixture_and_logs_the_weights(tmp_path, capsys):
