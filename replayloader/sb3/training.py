@@ -80,6 +80,9 @@ class PrioritizedAlgorithmMixin:
             warnings.filterwarnings("ignore", message=r"`n_steps=\d+` is ignored because a custom")
             super()._setup_model()  # type: ignore[misc]
 
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_logged"]  # type: ignore[misc]  # per-call, not model state
+
     def _optimizers(self) -> list[th.optim.Optimizer]:
         """The optimizers whose learning rate SB3's schedule sets before each ``train``."""
         raise NotImplementedError

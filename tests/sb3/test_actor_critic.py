@@ -94,6 +94,21 @@ def test_trains_with_weights_and_feeds_the_critics_errors_back(cls):
     assert model.logger.name_to_value["train/per_beta"] == pytest.approx(1.0, abs=0.01)
 
 
+@pytest.mark.parametrize("cls", [PrioritizedSAC, PrioritizedTD3])
+def test_saved_model_and_buffer_load_and_train_on(cls, tmp_path):
+    model = small(cls)
+    model.learn(total_timesteps=120)
+    model.save(tmp_path / "model")
+    model.save_replay_buffer(tmp_path / "buffer")
+    loaded = cls.load(tmp_path / "model", env=model.get_env(), device="cpu")
+    loaded.load_replay_buffer(tmp_path / "buffer")
+    for a, b in zip(model.policy.parameters(), loaded.policy.parameters(), strict=True):
+        assert th.equal(a, b)
+    np.testing.assert_array_equal(loaded.replay_buffer.priorities(), model.replay_buffer.priorities())
+    loaded.learn(total_timesteps=40, reset_num_timesteps=False)
+    assert loaded.replay_buffer.stored_slots() == 160
+
+
 def test_several_envs_train_and_every_env_is_fed_back():
     from stable_baselines3.common.env_util import make_vec_env
 
