@@ -235,6 +235,12 @@ def summary(results: Path, seeds: list[int]) -> str:
     return "\n".join(lines)
 
 
+def shown(path: Path) -> str:
+    """A path as a reader of the report wants it: relative to the checkout when inside it."""
+    path, root = path.resolve(), Path(__file__).resolve().parents[1]
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
 def plot_curves(results: Path, seeds: list[int], path: Path, bins: int = 30) -> None:
     """Descriptive: each arm's training return per frame bin, mean over the seeds with a finished run, and each
     seed's curve faintly."""
@@ -298,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
             plot_curves(args.results, args.seeds, figure)
             command = f"python experiments/sb3_minatar.py --summary --out {args.out.as_posix()}"
             args.out.write_text(f"# SB3 DQN on MinAtar Breakout, prioritized vs uniform replay (generated)\n\n"
-                                f"Made by `{command}` from the records in `{args.results.name}/`; protocol: "
+                                f"Made by `{command}` from the records in `{shown(args.results)}/`; protocol: "
                                 f"`results/sb3_minatar_protocol.md`. Learning curves: `{figure.name}`.\n\n"
                                 f"{text}\n")
         return
