@@ -14,6 +14,7 @@ Ray's raw ``ActorDiedError``.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -94,8 +95,25 @@ class RemoteBuffer:
         if state is not None:
             self.load_state_dict(state)
 
-    def kill(self) -> None:
+    def kill(self, *, timeout: float = 60.0) -> None:
+        """Kill the actor and return once a call to it fails as a dead actor's does.
+
+        Why wait: `ray.kill` returns before every path to the actor knows it is gone, so a call made at once could
+        still reach the dying process and succeed (a test saw it on a loaded machine). After this returns, the next
+        call raises `BufferActorDied`, every time. Raises `WorkerError` if the actor still answers after
+        ``timeout`` seconds.
+        """
         ray.kill(self.handle)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self.handle.mass.remote(), timeout=1.0)
+            except ray.exceptions.RayActorError:
+                return
+            except ray.exceptions.GetTimeoutError:
+                continue
+            time.sleep(0.01)
+        raise WorkerError(f"{next(iter(self.names.values()))} still answers {timeout} s after ray.kill")
 
     def add(self, batch: Any, weight: Any = None) -> np.ndarray:
         """Add a batch (a mapping of arrays, or an ObjectRef of one); ``weight=`` sets each example's initial

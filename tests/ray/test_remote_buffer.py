@@ -133,6 +133,19 @@ def test_a_dead_buffer_actor_is_named_with_its_recovery_and_restart_recovers_it(
         buffer.kill()
 
 
+def test_a_call_right_after_kill_fails_every_time(ray_cluster):
+    """`ray.kill` alone returned before the actor was gone: a call made at once still answered 2 times in 30 on a
+    loaded 2-core machine, and the test above failed in CI once. `kill()` now waits until calls fail."""
+    from replayloader.ray import BufferActorDied
+
+    for seed in range(10):
+        remote = RemoteBuffer(8, alpha=1.0, seed=seed)
+        remote.add({"x": np.arange(4.0)[:, None]})
+        remote.kill()
+        with pytest.raises(BufferActorDied):
+            remote.sample(2)
+
+
 def test_score_then_select_takes_a_remote_buffer_through_the_buffer_protocol(ray_cluster):
     """`BufferScoreThenSelect` checked a fixed list of classes and refused a RemoteBuffer (issue 33); it now takes
     any `BufferLike`, and the chosen rows' fresh scores reach the actor's weights."""
