@@ -1,5 +1,5 @@
 """Small builders shared by the SB3 tests: a buffer filled with transitions whose reward is their flat slot,
-so a sampled batch can be checked against the slots it claims."""
+so a sampled batch can be checked against the slots it claims, and CartPole with dict observations."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +9,21 @@ from replayloader.sb3 import PrioritizedDictReplayBuffer, PrioritizedReplayBuffe
 
 OBS = spaces.Box(-np.inf, np.inf, (2,), np.float32)
 ACT = spaces.Discrete(3)
+
+
+def dict_cartpole():
+    """CartPole whose observation is ``{"state": <CartPole's array>}``: the smallest env with dict observations."""
+    import gymnasium as gym
+
+    class DictCartPole(gym.ObservationWrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.observation_space = spaces.Dict({"state": env.observation_space})
+
+        def observation(self, observation):
+            return {"state": observation}
+
+    return DictCartPole(gym.make("CartPole-v1"))
 
 
 def fill(buffer, steps: int, *, done_every: int = 0, truncated: bool = False) -> None:

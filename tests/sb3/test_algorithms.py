@@ -25,6 +25,8 @@ from replayloader.sb3 import (
     priorities,
 )
 
+from .helpers import dict_cartpole
+
 ENV = "CartPole-v1"
 
 
@@ -84,19 +86,8 @@ def test_prioritized_dqn_refuses_what_it_cannot_do():
         small_dqn(n_steps=3, replay_buffer_class=PrioritizedReplayBuffer)
 
 
-def test_dict_observations_train(monkeypatch):
-    gym = pytest.importorskip("gymnasium")
-    from gymnasium import spaces
-
-    class DictCartPole(gym.ObservationWrapper):
-        def __init__(self, env):
-            super().__init__(env)
-            self.observation_space = spaces.Dict({"state": env.observation_space})
-
-        def observation(self, observation):
-            return {"state": observation}
-
-    model = PrioritizedDQN("MultiInputPolicy", DictCartPole(gym.make(ENV)), buffer_size=500, learning_starts=32,
+def test_dict_observations_train():
+    model = PrioritizedDQN("MultiInputPolicy", dict_cartpole(), buffer_size=500, learning_starts=32,
                            batch_size=8, seed=1, device="cpu", policy_kwargs={"net_arch": [16]})
     model.learn(total_timesteps=120)
     assert type(model.replay_buffer).__name__ == "PrioritizedDictReplayBuffer"

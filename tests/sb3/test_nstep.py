@@ -14,6 +14,8 @@ from stable_baselines3.common.buffers import NStepReplayBuffer
 
 from replayloader.sb3 import PrioritizedDQN, PrioritizedNStepReplayBuffer, PrioritizedSAC
 
+from .helpers import dict_cartpole
+
 OBS, ACT = spaces.Box(-5, 5, (3,)), spaces.Discrete(4)
 
 
@@ -86,18 +88,8 @@ def test_mismatches_are_refused_by_name():
 
 
 def test_dict_observations_with_nsteps_are_refused():
-    import gymnasium as gym
-
-    class DictCartPole(gym.ObservationWrapper):
-        def __init__(self, env):
-            super().__init__(env)
-            self.observation_space = spaces.Dict({"state": env.observation_space})
-
-        def observation(self, observation):
-            return {"state": observation}
-
     with pytest.raises(ValueError, match="n_steps must be 1 with dict observations.*got 2"):
-        PrioritizedDQN("MultiInputPolicy", DictCartPole(gym.make("CartPole-v1")), n_steps=2)
+        PrioritizedDQN("MultiInputPolicy", dict_cartpole(), n_steps=2)
 
 
 def test_saved_nstep_buffer_keeps_its_settings(tmp_path):
