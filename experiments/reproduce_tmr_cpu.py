@@ -121,6 +121,9 @@ def main() -> int:
     parser.add_argument("--no-summary", action="store_true", help="do not write the summary at the end")
     parser.add_argument("--results", default=str(RESULTS), help="where the compact per-run records go")
     parser.add_argument("--export", action="store_true", help="only export the finished runs' compact records")
+    parser.add_argument("--marks", nargs="+", type=int, default=list(MARKS), choices=MARKS,
+                        help="the checkpoints the finetune stage fine-tunes (default all; the confirmatory protocol "
+                             f"needs only {STEPS})")
     args = parser.parse_args()
     out, results = Path(args.out), Path(args.results)
     reference, arms = reference_job(out, args.nice), arm_jobs(out, args.arms, args.seeds, args.nice)
@@ -136,7 +139,7 @@ def main() -> int:
         for job in [reference, *arms]:
             print(f"{job.status():8s} {job.name}: {' '.join(job.start[8:])}")
         for job in arms:
-            print(f"{job.name}: fine-tuning at steps {', '.join(f'{m} ({finetune_job(out, job, m).status()})' for m in MARKS)}")
+            print(f"{job.name}: fine-tuning at steps {', '.join(f'{m} ({finetune_job(out, job, m).status()})' for m in args.marks)}")
         return 0
     if "pretrain" in args.stages:
         if not restore_heldout(out, results):
@@ -147,7 +150,7 @@ def main() -> int:
         export()
         run_jobs(arms, out, args.parallel, on_done=export)
     if "finetune" in args.stages:
-        run_jobs([finetune_job(out, job, m, args.nice) for job in arms if job.status() == "done" for m in MARKS], out,
+        run_jobs([finetune_job(out, job, m, args.nice) for job in arms if job.status() == "done" for m in args.marks], out,
                  args.parallel, on_done=export)
     export()
     if not args.no_summary:

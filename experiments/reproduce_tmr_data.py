@@ -10,7 +10,9 @@ an unchanged run changes nothing in git), one file per run:
   every logged number over those steps, so any mean over whole windows is exact);
 - ``finetune/ARM-seedS-atSTEP.jsonl.gz``: the fine-tuning job's per-run rows (task, seed, metrics);
 - ``heldout.safetensors.gz`` and ``heldout.json``: the shared held-out set (the reference generator's corruption of
-  python-docs' last lines) and how it was made.
+  python-docs' last lines) and how it was made;
+- ``discriminators/ARM-seedS/``: the final discriminator of each confirmatory main-pair run (`KEPT_DISCRIMINATORS`),
+  which its GLUE fine-tuning needs on any machine (weights and tokenizer gzipped).
 
 `load_runs` and `load_finetuning` read them back for experiments/reproduce_tmr_summary.py.
 """
@@ -34,6 +36,10 @@ WINDOW = 50  # steps per logged window; every window the summary uses (25/50/100
 HELDOUT_KEYS = ("heldout_auc", "heldout_loss", "heldout_base_entropy", "heldout_seconds")
 TIMING_KEYS = ("step_seconds", "produce_seconds")
 HELDOUT_FILES = ("heldout.safetensors.gz", "heldout.json")  # committed: the shared test set and how it was made
+# committed discriminators: the confirmatory main pair's (issue 31), whose 5,000-step checkpoints are fine-tuned
+KEPT_DISCRIMINATORS = {f"{arm}-seed{seed}" for arm in ("electra", "tmr-loss_diff") for seed in range(5, 15)}
+DISCRIMINATOR_FILES = {"config.json": False, "tokenizer_config.json": False, "model.safetensors": True,
+                       "tokenizer.json": True}  # name -> gzipped
 
 
 def write_jsonl_gz(path: Path, rows: list[dict]) -> None:
@@ -171,6 +177,9 @@ def export_finished(out: Path, results: Path = RESULTS) -> list[Path]:
         if (job_dir / "results.md").exists() and _stale(target, rows_file):
             write_jsonl_gz(target, [json.loads(line) for line in rows_file.read_text().splitlines() if line])
             written.append(target)
+    for run_dir in sorted((out / "pretrain").glob("*")):
+        if run_dir.name in KEPT_DISCRIMINATORS and (run_dir / "summary.json").exists():
+            written += export_discriminator(run_dir / "discriminator", results / "discriminators" / run_dir.name)
     # the shared test set (gzip: 1.2 MB -> 0.14 MB), so later runs on any machine score the same tokens
     heldout, committed = out / "heldout.safetensors", results / HELDOUT_FILES[0]
     if heldout.exists() and _stale(committed, heldout):
@@ -181,6 +190,21 @@ def export_finished(out: Path, results: Path = RESULTS) -> list[Path]:
     if made.exists() and _stale(committed, made):
         shutil.copyfile(made, committed)
         written.append(committed)
+    return written
+
+
+def export_discriminator(source: Path, target: Path) -> list[Path]:
+    """Copy a run's exported discriminator into ``target`` once (weights and tokenizer gzipped, deterministic
+    bytes); a folder already there is left as it is. Returns the files written."""
+    if target.exists():
+        return []
+    written = []
+    target.mkdir(parents=True)
+    for name, zipped in DISCRIMINATOR_FILES.items():
+        data = (source / name).read_bytes()
+        path = target / (name + ".gz" if zipped else name)
+        path.write_bytes(gzip.compress(data, compresslevel=9, mtime=0) if zipped else data)
+        written.append(path)
     return written
 
 

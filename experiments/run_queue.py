@@ -74,7 +74,9 @@ def _log(message: str) -> None:
 def launch(job: Job, log_dir: Path) -> subprocess.Popen:
     resume = job.status() == "partial"
     job.run_dir.mkdir(parents=True, exist_ok=True)
+    data = REPO.parent / "shared" / "data"  # the workspace's GLUE and SQuAD copies, as $REPLAYLOADER_DATA
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               **({"REPLAYLOADER_DATA": str(data)} if data.is_dir() and "REPLAYLOADER_DATA" not in os.environ else {}),
                PYTHONPATH=str(REPO))
     command = job.resume if resume else job.start
     log = open(log_dir / f"{job.name}.log", "a")
