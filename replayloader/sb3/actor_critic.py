@@ -23,10 +23,6 @@ from stable_baselines3.common.utils import polyak_update
 from .training import PrioritizedAlgorithmMixin, weighted_critic_loss
 
 
-def _discount(model: Any, batch: Any) -> Any:
-    return model.gamma if batch.discounts is None else batch.discounts
-
-
 def _smallest_q(values: tuple[th.Tensor, ...]) -> th.Tensor:
     """The smallest of the critics' Q-values per transition, (batch, 1): clipped double Q, as SB3 takes it."""
     return th.cat(values, dim=1).min(dim=1, keepdim=True)[0]
@@ -69,7 +65,7 @@ class PrioritizedSAC(PrioritizedAlgorithmMixin, SAC):
             next_actions, next_log_prob = self.actor.action_log_prob(batch.next_observations)
             next_q = _smallest_q(self.critic_target(batch.next_observations, next_actions))
             next_q = next_q - ent_coef * next_log_prob.reshape(-1, 1)
-            target = batch.rewards + (1 - batch.dones) * _discount(self, batch) * next_q
+            target = batch.rewards + (1 - batch.dones) * self._discount(batch) * next_q
         critic_loss, errors = weighted_critic_loss(self.critic(batch.observations, batch.actions), target,
                                                    batch.weights, scale=0.5)
         self.critic.optimizer.zero_grad()
@@ -111,7 +107,7 @@ class PrioritizedTD3(PrioritizedAlgorithmMixin, TD3):
             noise = noise.clamp(-self.target_noise_clip, self.target_noise_clip)
             next_actions = (self.actor_target(batch.next_observations) + noise).clamp(-1, 1)
             next_q = _smallest_q(self.critic_target(batch.next_observations, next_actions))
-            target = batch.rewards + (1 - batch.dones) * _discount(self, batch) * next_q
+            target = batch.rewards + (1 - batch.dones) * self._discount(batch) * next_q
         critic_loss, errors = weighted_critic_loss(self.critic(batch.observations, batch.actions), target,
                                                    batch.weights)
         self.critic.optimizer.zero_grad()

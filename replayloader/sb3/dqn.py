@@ -19,7 +19,8 @@ from .training import ValueBasedMixin
 class PrioritizedDQN(ValueBasedMixin, DQN):
     """`stable_baselines3.DQN` with prioritized replay. Same arguments as DQN; the buffer defaults to
     `PrioritizedReplayBuffer` (`PrioritizedDictReplayBuffer` for dict observations), configured through
-    ``replay_buffer_kwargs`` (``alpha``, ``beta``, ``priority_eps``, ``seed``). ``n_steps`` must be 1.
+    ``replay_buffer_kwargs`` (``alpha``, ``beta``, ``priority_eps``, ``seed``); ``n_steps > 1`` picks
+    `PrioritizedNStepReplayBuffer`.
 
     >>> from replayloader.sb3 import PrioritizedDQN
     >>> model = PrioritizedDQN("MlpPolicy", "CartPole-v1", buffer_size=1_000, learning_starts=50, seed=0,
@@ -30,7 +31,7 @@ class PrioritizedDQN(ValueBasedMixin, DQN):
     """
 
     def _per_sample_loss(self, batch) -> tuple[th.Tensor, th.Tensor]:
-        discount = self.gamma if batch.discounts is None else batch.discounts
+        discount = self._discount(batch)
         with th.no_grad():
             best_next = self.q_net_target(batch.next_observations).max(dim=1).values.reshape(-1, 1)
             target = batch.rewards + (1.0 - batch.dones) * discount * best_next

@@ -44,7 +44,7 @@ class PrioritizedQRDQN(ValueBasedMixin, QRDQN):
     """
 
     def _per_sample_loss(self, batch) -> tuple[th.Tensor, th.Tensor]:
-        discount = self.gamma if batch.discounts is None else batch.discounts
+        discount = self._discount(batch)
         size = batch.rewards.shape[0]
         with th.no_grad():
             following = self.quantile_net_target(batch.next_observations)  # (batch, n_quantiles, n_actions)

@@ -83,6 +83,10 @@ class PrioritizedAlgorithmMixin:
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_logged"]  # type: ignore[misc]  # per-call, not model state
 
+    def _discount(self, batch: Any) -> Any:
+        """The bootstrap's discount: the batch's own (gamma ** steps summed, from an n-step buffer) or gamma."""
+        return self.gamma if batch.discounts is None else batch.discounts
+
     def _optimizers(self) -> list[th.optim.Optimizer]:
         """The optimizers whose learning rate SB3's schedule sets before each ``train``."""
         raise NotImplementedError
