@@ -229,3 +229,26 @@ def test_the_confirmatory_glue_average_pairs_seeds_5_to_14_only_and_needs_every_
     assert result.seeds == [5, 6]
     np.testing.assert_allclose(result.diffs, [2.0, 4.0])  # × 100
     assert summary.glue_average_difference({}, "tmr-loss_diff", "electra", STEPS, summary.CONFIRMATORY_SEEDS) is None
+
+
+def test_the_glue_tables_of_the_two_seed_sets_keep_their_seeds_apart_and_say_what_their_differences_count_as():
+    """The 5-pair GLUE table reads seeds 0-4 only and the confirmatory one seeds 5-14 only; the latter's per-task
+    differences are labelled as outside the protocol's comparisons."""
+    metric = {task: summary.get_task(task).main_metric for task in summary.GLUE_TASKS}
+
+    def rows(score):
+        return [{"task": t, metric[t]: score} for t in summary.GLUE_TASKS]
+
+    finetuning = {("electra", STEPS): {0: rows(0.1), 5: rows(0.5), 6: rows(0.6)},
+                  ("tmr-loss_diff", STEPS): {0: rows(0.3), 5: rows(0.6), 6: rows(0.8)}}
+    confirmatory = summary.finetune_tables(
+        summary.glue_scores(summary.finetuning_of(finetuning, summary.CONFIRMATORY_SEEDS)), ", seeds 5-14",
+        "outside the protocol")
+    first = summary.finetune_tables(summary.glue_scores(summary.finetuning_of(finetuning, summary.EXPLORATORY_SEEDS)))
+    assert confirmatory[1].startswith("## GLUE dev, seeds 5-14")
+    assert any(line.startswith(f"| electra | {STEPS:,} | 2 | ") for line in confirmatory)
+    difference = next(line for line in confirmatory if line.startswith("| tmr-loss_diff | 5,000 | +"))
+    assert difference.endswith("+15.00 [-48.53, +78.53] (n=2, p=0.2) |")  # mean of 10 and 20, ± t(0.975, 1) × 5
+    assert any("outside the protocol" in line for line in confirmatory)
+    assert any(line.startswith(f"| electra | {STEPS:,} | 1 | ") for line in first)
+    assert any("secondary, unadjusted" in line for line in first)
