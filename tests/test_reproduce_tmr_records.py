@@ -252,3 +252,20 @@ def test_the_glue_tables_of_the_two_seed_sets_keep_their_seeds_apart_and_say_wha
     assert any("outside the protocol" in line for line in confirmatory)
     assert any(line.startswith(f"| electra | {STEPS:,} | 1 | ") for line in first)
     assert any("secondary, unadjusted" in line for line in first)
+
+
+def test_equal_wall_time_reads_each_run_at_the_base_runs_time_to_the_step_with_scoring_counted():
+    """The base reaches step 1,250 after 1,250 × 0.1 s of steps + 4 scorings of 1 s = 129 s. An arm twice as slow
+    per step has by then only scored at step 500 (2 × 0.1 × 500 + 1 = 101 s; step 750 would be 152 s), so the
+    difference is its AUC at 500 minus the base's at 1,250."""
+    def run(name, seconds_per_step, auc_of_step):
+        heldout = [{"step": s, "heldout_auc": auc_of_step(s), "heldout_seconds": 1.0} for s in range(250, STEPS + 1, 250)]
+        return RunData(name, name, 5, {}, np.full(STEPS, seconds_per_step), np.zeros(STEPS), heldout)
+
+    base = {5: run("electra", 0.1, lambda s: 0.5 + s / 10_000)}
+    slow = {5: run("tmr", 0.2, lambda s: 0.6 + s / 10_000)}
+    result = summary.equal_wall_difference(slow, base, summary.PRIMARY_STEP)
+    np.testing.assert_allclose(result.diffs, [(0.6 + 0.05) - (0.5 + 0.125)])
+    lines = summary.equal_wall_lines({"electra": base, "tmr-loss_diff": slow, "tmr-fifo-uniform": base})
+    assert "electra 0.100, tmr-loss_diff 0.200, tmr-fifo-uniform 0.100 seconds" in lines[-1]
+    assert "tmr-loss_diff − electra +0.025" in lines[-1]
