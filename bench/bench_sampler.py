@@ -12,6 +12,7 @@ import argparse
 import datetime
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -64,7 +65,7 @@ def main(argv=None) -> None:
                 time_steps(sampler, rule, k, 20, 1)  # first calls (compilation cache load) are not measured
                 rows.append((n, k, rule, time_steps(sampler, rule, k, args.steps, args.repeats)))
                 print(f"N={n} K={k} {rule}: {rows[-1][3]:.1f} µs/step", flush=True)
-    command = "python bench/bench_sampler.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python bench/bench_sampler.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     lines = ["# PrioritizedSampler: cost per training step (next_batch + update)", "",
              f"Command: `{command}`  ",
              f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",

@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -118,7 +119,7 @@ def main() -> None:
                 rows[ranks].append(launch(args, ranks, Path(tmp) / f"{ranks}-{repeat}"))
                 print(f"repeat {repeat} ranks {ranks}: {rows[ranks][-1]}", flush=True)
     lines = ["# Distributed pretraining throughput: 1 vs 2 ranks (gloo, CPU, 1 thread per rank)", "",
-             f"Command: `python bench/distributed_throughput.py {' '.join(sys.argv[1:])}`  ",
+             f"Command: `python bench/distributed_throughput.py {shlex.join(sys.argv[1:])}`  ",
              f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {os.cpu_count()} CPU cores, no GPU, "
              f"{platform.platform()}; shared with other jobs, so the spread over repeats is part of the result.  ",
              f"Run: variant {args.variant}, preset {args.preset}, max_len {args.max_len}, global batch "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -87,8 +88,8 @@ def main(argv: list[str] | None = None) -> str:
                      statistics.median(ratios), min(ratios), max(ratios), statistics.median(cpu_ratios)))
     total = time.perf_counter() - started
 
-    command = "python bench/sb3_speed.py" + (" " + " ".join(argv) if argv else
-                                              " " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
+    command = "python bench/sb3_speed.py" + (" " + shlex.join(argv) if argv else
+                                              " " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "")
     lines = [
         "# SB3 DQN: environment steps per second, uniform `ReplayBuffer` vs `replayloader.sb3.PrioritizedDQN`",
         "",

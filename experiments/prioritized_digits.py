@@ -19,6 +19,7 @@ import argparse
 import datetime
 import os
 import platform
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -164,7 +165,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     data = load_data(args.label_noise)
     results = {v: [run(v, seed, data, args) for seed in args.seeds] for v in args.variants}
-    command = "python experiments/prioritized_digits.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python experiments/prioritized_digits.py " + shlex.join(sys.argv[1:] if argv is None else argv)
     text = report(results, args, command, data)
     print(text)
     if args.out:
