@@ -515,6 +515,26 @@ def glue_scores(finetuning: dict) -> dict[tuple[str, int], dict[int, dict[str, f
             for key, seeds in finetuning.items()}
 
 
+def fit_by_checkpoint(finetuning: dict, task: str, step: int, seeds: frozenset) -> list[str]:
+    """Per pretraining seed and arm: the task's dev score (mean over fine-tuning seeds) and the median last-epoch
+    training loss of its fine-tunes, to tell a checkpoint that fine-tunes badly from one that overfits."""
+    metric = get_task(task).main_metric
+    arms = [arm for arm in ARM_ORDER if (arm, step) in finetuning]
+    if not arms:
+        return []
+    lines = ["", f"{task} at {step:,} steps, per pretraining seed: dev score × 100 (mean of the fine-tuning seeds) / "
+             "median last-epoch training loss of its fine-tunes (descriptive):", "",
+             "| seed | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
+    for seed in sorted(seeds):
+        cells = []
+        for arm in arms:
+            rows = [r for r in finetuning[(arm, step)].get(seed, []) if r["task"] == task]
+            cells.append(f"{100 * np.mean([r[metric] for r in rows]):.1f} / "
+                         f"{np.median([r['train_loss_last_epoch'] for r in rows]):.2f}" if rows else "–")
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def majority_scores() -> dict[str, float]:
     """Each task's main dev metric × 100 for always predicting its most common training label, from the GLUE data
     fine-tuning uses (../shared/data/glue); empty without it. STS-B is scored 0: a constant prediction has no rank
@@ -608,7 +628,8 @@ def main() -> int:
             + finetune_tables(glue_scores(finetuning_of(finetuning, CONFIRMATORY_SEEDS)),
                               ", confirmatory pretraining seeds 5-14 (issue 31)",
                               "descriptive: of these only the 5-task average at 5,000 steps is among the protocol's "
-                              "13 comparisons, in its table above; the rest are outside it, unadjusted"))
+                              "13 comparisons, in its table above; the rest are outside it, unadjusted")
+            + fit_by_checkpoint(finetuning_of(finetuning, CONFIRMATORY_SEEDS), "stsb", STEPS, CONFIRMATORY_SEEDS))
     results.mkdir(parents=True, exist_ok=True)
     (results / "reproduction_tables.md").write_text("\n".join(header + body) + "\n")
     plot(first, results / "reproduction_curves.png")  # the 5-pair figure: seeds 0-4, every arm

@@ -269,3 +269,15 @@ def test_equal_wall_time_reads_each_run_at_the_base_runs_time_to_the_step_with_s
     lines = summary.equal_wall_lines({"electra": base, "tmr-loss_diff": slow, "tmr-fifo-uniform": base})
     assert "electra 0.100, tmr-loss_diff 0.200, tmr-fifo-uniform 0.100 seconds" in lines[-1]
     assert "tmr-loss_diff − electra +0.025" in lines[-1]
+
+
+def test_fit_by_checkpoint_gives_each_seeds_mean_score_and_median_last_epoch_loss():
+    metric = summary.get_task("stsb").main_metric
+    finetuning = {("electra", STEPS): {5: [{"task": "stsb", metric: v, "train_loss_last_epoch": loss}
+                                           for v, loss in ((0.5, 0.3), (0.6, 0.9), (0.7, 0.2))]},
+                  ("tmr-loss_diff", STEPS): {6: [{"task": "stsb", metric: 0.1, "train_loss_last_epoch": 0.5},
+                                                 {"task": "cola", "mcc": 0.0, "train_loss_last_epoch": 9.0}]}}
+    lines = summary.fit_by_checkpoint(finetuning, "stsb", STEPS, frozenset({5, 6}))
+    assert "| 5 | 60.0 / 0.30 | – |" in lines
+    assert "| 6 | – | 10.0 / 0.50 |" in lines  # the other task's loss is not mixed in
+    assert summary.fit_by_checkpoint({}, "stsb", STEPS, frozenset({5})) == []
