@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> str:
                      statistics.median(ratios), min(ratios), max(ratios), statistics.median(cpu_ratios)))
     total = time.perf_counter() - started
 
-    command = "python bench/sb3_speed.py" + (" " + shlex.join(argv) if argv else
-                                              " " + shlex.join(sys.argv[1:]) if sys.argv[1:] else "")
+    command = shlex.join(["python", "bench/sb3_speed.py", *(argv or sys.argv[1:])])
     lines = [
         "# SB3 DQN: environment steps per second, uniform `ReplayBuffer` vs `replayloader.sb3.PrioritizedDQN`",
         "",

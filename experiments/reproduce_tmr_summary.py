@@ -346,7 +346,6 @@ def confirmatory_tables(runs: dict[str, dict[int, RunData]], finetuning: dict) -
 def equal_wall_lines(fresh: dict[str, dict[int, RunData]]) -> list[str]:
     """The primary's comparisons again at equal wall time, with each arm's median step time: outside the
     protocol's 13 comparisons (descriptive), because the guide asks every gain to be read in seconds as well."""
-    arm, base = CONFIRMATORY_PRIMARY
     cells = [f"{a} − {b} {equal_wall_difference(fresh[a], fresh[b], PRIMARY_STEP).text()}"
              for a, b in CONFIRMATORY_COMPARISONS if a in fresh and b in fresh]
     speeds = ", ".join(f"{name} {median_step_seconds(fresh[name]):.3f}" for name in ARM_ORDER if name in fresh)
@@ -518,19 +517,18 @@ def glue_scores(finetuning: dict) -> dict[tuple[str, int], dict[int, dict[str, f
 def fit_by_checkpoint(finetuning: dict, task: str, step: int, seeds: frozenset) -> list[str]:
     """Per pretraining seed and arm: the task's dev score (mean over fine-tuning seeds) and the median last-epoch
     training loss of its fine-tunes, to tell a checkpoint that fine-tunes badly from one that overfits."""
-    metric = get_task(task).main_metric
     arms = [arm for arm in ARM_ORDER if (arm, step) in finetuning]
     if not arms:
         return []
+    scores = glue_scores({(arm, step): finetuning[(arm, step)] for arm in arms})
     lines = ["", f"{task} at {step:,} steps, per pretraining seed: dev score × 100 (mean of the fine-tuning seeds) / "
              "median last-epoch training loss of its fine-tunes (descriptive):", "",
              "| seed | " + " | ".join(arms) + " |", "|---|" + "---|" * len(arms)]
     for seed in sorted(seeds):
         cells = []
         for arm in arms:
-            rows = [r for r in finetuning[(arm, step)].get(seed, []) if r["task"] == task]
-            cells.append(f"{100 * np.mean([r[metric] for r in rows]):.1f} / "
-                         f"{np.median([r['train_loss_last_epoch'] for r in rows]):.2f}" if rows else "–")
+            losses = [r["train_loss_last_epoch"] for r in finetuning[(arm, step)].get(seed, []) if r["task"] == task]
+            cells.append(f"{scores[(arm, step)][seed][task]:.1f} / {np.median(losses):.2f}" if losses else "–")
         lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     return lines
 

@@ -3,6 +3,7 @@ in tests/test_user_examples.py and beside it; the main job and the SB3 example h
 that moved to experiments/ (their full-size figures live in results/)."""
 import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -33,10 +34,12 @@ def test_every_example_has_a_test_here():
 
 def test_digits_example_writes_a_table(tmp_path):
     digits = load(EXPERIMENTS / "prioritized_digits.py")
-    out = tmp_path / "digits.md"
-    digits.main(["--seeds", "0", "1", "--steps", "40", "--eval-every", "20", "--table-steps", "20", "40",
-                 "--out", str(out)])
+    (tmp_path / "out dir").mkdir()
+    out = tmp_path / "out dir" / "digits.md"  # a space: the report's command line must quote it to rerun
+    argv = ["--seeds", "0", "1", "--steps", "40", "--eval-every", "20", "--table-steps", "20", "40", "--out", str(out)]
+    digits.main(argv)
     text = out.read_text()
+    assert f"Command: `python experiments/prioritized_digits.py {shlex.join(argv)}`" in text
     for variant in ("uniform", "replacement", "loss", "loss_diff", "grad_bound"):
         assert f"| {variant} |" in text
     assert "| variant | step 20 | step 40 |" in text and "Command: `python experiments/prioritized_digits.py" in text
