@@ -269,6 +269,7 @@ def test_equal_wall_time_reads_each_run_at_the_base_runs_time_to_the_step_with_s
     lines = summary.equal_wall_lines({"electra": base, "tmr-loss_diff": slow, "tmr-fifo-uniform": base})
     assert "electra 0.100, tmr-loss_diff 0.200, tmr-fifo-uniform 0.100 seconds" in lines[-1]
     assert "tmr-loss_diff − electra +0.025" in lines[-1]
+    assert "the slowest run's steps took 2.0x as long as the fastest's" in lines[-1]
 
 
 def test_fit_by_checkpoint_gives_each_seeds_mean_score_and_median_last_epoch_loss():
@@ -281,3 +282,16 @@ def test_fit_by_checkpoint_gives_each_seeds_mean_score_and_median_last_epoch_los
     assert "| 5 | 60.0 / 0.30 | – |" in lines
     assert "| 6 | – | 10.0 / 0.50 |" in lines  # the other task's loss is not mixed in
     assert summary.fit_by_checkpoint({}, "stsb", STEPS, frozenset({5})) == []
+
+
+def test_confirmatory_means_give_each_arms_levels_and_how_many_pairs_the_arm_led():
+    def run(seed, auc_1250, first_over):
+        heldout = [{"step": s, "heldout_auc": 0.5 if s < first_over else 0.65} for s in range(250, STEPS + 1, 250)]
+        heldout[summary.PRIMARY_STEP // 250 - 1]["heldout_auc"] = auc_1250
+        return RunData("r", "r", seed, {}, np.full(STEPS, 0.1), np.zeros(STEPS), heldout)
+
+    fresh = {"electra": {5: run(5, 0.55, 1500), 6: run(6, 0.57, 2000)},
+             "tmr-loss_diff": {5: run(5, 0.60, 1000), 6: run(6, 0.56, 1500)}}
+    [line, _] = summary.confirmatory_means(fresh)
+    assert "electra 0.560, 1,750; tmr-loss_diff 0.580, 1,250." in line
+    assert "tmr-loss_diff − electra: 1 of 2" in line and "tmr-fifo-uniform" not in line
