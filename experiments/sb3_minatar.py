@@ -5,6 +5,8 @@
     python experiments/sb3_minatar.py --summary            # the protocol's endpoints from the finished records
     python experiments/sb3_minatar.py --summary --out results/sb3_minatar.md   # ... also written, with a figure
     python experiments/sb3_minatar.py --arm per --seed 0   # one run in this process (what the driver starts)
+    python experiments/sb3_minatar.py --seeds 100-114 --results results/sb3_seconds   # issue 42's grid
+                                                           # (its endpoints: experiments/sb3_seconds_summary.py)
 
 Protocol: results/sb3_minatar_protocol.md. The driver starts one process per (arm, seed), seed by seed with
 both arms of a seed next to each other (finished pairs arrive early), ``--parallel`` at a time (default 2, so
@@ -38,6 +40,16 @@ RESULTS = Path(__file__).resolve().parents[1] / "results" / "sb3_minatar"
 
 def record_path(results: Path, arm: str, seed: int) -> Path:
     return results / f"{GAME}_{arm}_seed{seed}.json.gz"
+
+
+def parse_seeds(text: str) -> list[int]:
+    """One ``--seeds`` word: ``7`` or an inclusive range ``100-114``."""
+    first, dash, last = text.partition("-")
+    if not dash:
+        return [int(text)]
+    if int(last) < int(first):
+        raise argparse.ArgumentTypeError(f"empty seed range {text!r}")
+    return list(range(int(first), int(last) + 1))
 
 
 # ----------------------------------------------------------------------------------------------- one run
@@ -104,23 +116,25 @@ def run(arm: str, seed: int, frames: int, out: Path, *, learning_starts: int = 5
 
     torch.set_num_threads(1)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    episodes: list[tuple[int, float, float]] = []  # (frame at the end, return, training CPU seconds)
+    # (frame at the end, return, training CPU seconds, training wall seconds); evaluation time excluded from both
+    episodes: list[tuple[int, float, float, float]] = []
     evals: list[dict] = []
     eval_env, eval_rng = make_env(seed + 10_000), np.random.default_rng(seed + 10_000)
-    eval_cpu = 0.0
+    eval_cpu = eval_wall = 0.0
 
     class Record(BaseCallback):
         def _on_step(self) -> bool:
-            nonlocal eval_cpu
+            nonlocal eval_cpu, eval_wall
             for info in self.locals["infos"]:
                 if "episode" in info:
                     episodes.append((self.num_timesteps, float(info["episode"]["r"]),
-                                     time.process_time() - cpu0 - eval_cpu))
+                                     time.process_time() - cpu0 - eval_cpu, time.perf_counter() - wall0 - eval_wall))
             if self.num_timesteps % eval_every == 0 or self.num_timesteps == frames:
-                start = time.process_time()
+                start, start_wall = time.process_time(), time.perf_counter()
                 returns = evaluate(self.model, eval_env, eval_episodes, 20_000, eval_rng)
                 evals.append({"frame": self.num_timesteps, "returns": returns})
                 eval_cpu += time.process_time() - start
+                eval_wall += time.perf_counter() - start_wall
             return True
 
     shared = dict(learning_rate=2.5e-4, buffer_size=100_000, learning_starts=learning_starts, batch_size=32,
@@ -137,7 +151,7 @@ def run(arm: str, seed: int, frames: int, out: Path, *, learning_starts: int = 5
         model = DQN("MlpPolicy", make_env(seed), **shared)
     model.learn(total_timesteps=frames, callback=Record())
 
-    frame, ret, cpu = (np.array(column) for column in zip(*episodes)) if episodes else ([], [], [])
+    frame, ret, cpu, wall = (np.array(column) for column in zip(*episodes)) if episodes else ([], [], [], [])
     record = {
         "game": GAME, "env_id": ENV_ID, "arm": arm, "seed": seed, "frames": frames, "finished": True,
         "config": {k: v for k, v in shared.items() if k != "policy_kwargs"} | {"network": "young_tian_2019"}
@@ -146,8 +160,9 @@ def run(arm: str, seed: int, frames: int, out: Path, *, learning_starts: int = 5
         "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": torch.__version__,
                      "numpy": np.__version__},
         "episodes": {"frame": np.asarray(frame).tolist(), "return": np.asarray(ret).tolist(),
-                     "cpu_s": np.round(cpu, 3).tolist()},
+                     "cpu_s": np.round(cpu, 3).tolist(), "wall_s": np.round(wall, 3).tolist()},
         "evals": evals, "train_cpu_s": round(time.process_time() - cpu0 - eval_cpu, 2),
+        "train_wall_s": round(time.perf_counter() - wall0 - eval_wall, 2),
         "wall_s": round(time.perf_counter() - wall0, 1),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -279,7 +294,8 @@ def plot_curves(results: Path, seeds: list[int], path: Path, bins: int = 30) -> 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--seeds", nargs="+", type=parse_seeds, default=[[0, 1, 2, 3, 4]],
+                        help="seeds or inclusive ranges: 0 1 2, or 100-114")
     parser.add_argument("--arm", choices=ARMS, help="with --seed: one run in this process")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--frames", type=int, default=1_500_000)
@@ -295,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="with --summary: write the tables here and the learning curves "
                         "beside it (same name, .png)")
     args = parser.parse_args(argv)
+    args.seeds = [seed for group in args.seeds for seed in group]
 
     if args.summary:
         text = summary(args.results, args.seeds)

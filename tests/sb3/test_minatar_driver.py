@@ -75,6 +75,8 @@ def test_driver_runs_both_arms_side_by_side_and_skips_finished_runs(tmp_path, ca
         assert r["arm"] == arm and r["finished"] and r["frames"] == 1200
         assert [e["frame"] for e in r["evals"]] == [600, 1200]
         assert r["episodes"]["frame"] == sorted(r["episodes"]["frame"]) and r["episodes"]["frame"][-1] <= 1200
+        assert len(r["episodes"]["wall_s"]) == len(r["episodes"]["frame"])
+        assert r["train_wall_s"] <= r["wall_s"] + 0.05  # wall_s is rounded to 0.1 s
     capsys.readouterr()
     sb3_minatar.main(settings)
     assert capsys.readouterr().out.count("done, skipped") == 2
