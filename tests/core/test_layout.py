@@ -27,7 +27,7 @@ LAYERS = [
     {"selection"},
     {"distributed"},
     {"torch", "ray", "sb3"},
-    {"mixing"},
+    {"mixing", "prompts"},
 ]
 LAYER = {part: number for number, parts in enumerate(LAYERS) for part in parts}
 

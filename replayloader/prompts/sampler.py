@@ -1,0 +1,467 @@
+"""PromptSampler: prompts for RL post-training (GRPO, DAPO, RLOO) drawn by learnability, from free rollout rewards.
+
+Why: with group-relative advantages a prompt whose G completions all get the same reward (all solved or all
+failed) gives zero advantage and zero gradient, yet its rollouts are the most expensive part of the step. The
+rollouts already scored every completion, so each prompt's record costs nothing to keep.
+
+**The record** (per prompt): its groups, attempts (completions), successes (the sum of its rewards: successes
+for 0/1 rewards), the sum of its groups' *signals* (the rule's value of each group: `rules`), the policy step it
+was last measured at, its run of solved groups, and whether it is retired.
+
+**The priority** of prompt i in bucket b (one bucket without ``labels``), with m = ``prior_strength``::
+
+    priority_i = (d·S_i + m·prior_b) / (d·g_i + m)
+
+the mean of its groups' signals S_i / g_i, shrunk toward the prior as if m groups of the prior had been seen
+(so a prompt seen once is not trusted like one seen ten times). ``prior_b`` is ``prior`` (default: the rule's
+``default_prior``); with ``labels`` it is the running mean of the signals of bucket b's groups (an exponential
+mean with ``prior_memory`` per feedback call; ``prior`` until the bucket has a group). d = 1, or with
+``stale_after=N`` d = 2^-⌊age/N⌋ for a record ``age`` policy steps old (0 after 30 halvings: forgotten), so an
+old measurement decays toward the prior instead of steering draws forever while the policy moves on.
+
+**A draw** (`next_batch`, `sample`): the batch's prompts are distinct; each is drawn from what is left with
+
+    P(i) = (1 − ε)·priority_i / Σ_j priority_j + ε / (active prompts)
+
+(ε = ``exploration``: a floor, so no active prompt is ever unreachable; all uniform while every priority is 0).
+Around it: every ``retest_every`` batches, the first ``retest_size`` places go to *retests*: prompts judged
+solved or unsolved (measured, and every measured group had zero signal), the longest untested first, since the
+policy may have changed what they would give; a prompt solved in ``retire_after`` groups in a row is *retired*
+(never drawn again).
+
+**How it stays O(log N)**: a priority is ``A_i + c_i·prior_b`` with A_i = d·S_i / (d·g_i + m) and
+c_i = m / (d·g_i + m), and neither A_i nor c_i depends on the prior. So the sampler keeps one sum tree over the
+A_i, one per bucket over the c_i, one over the active prompts (with the retest queue as its min keys) and, with
+``stale_after``, a min tree of when each record next decays. A draw picks a tree by its mass (a bucket's is
+prior_b × its sum) and descends it; a bucket's prior can change every step without touching a leaf; a feedback
+call rewrites only the leaves of the prompts it measured and of the records that decayed since the last call.
+
+**The clock** is the policy step: each feedback call advances it by 1 (one generation), or to ``policy_step=``
+when given (e.g. the trainer's global step). Ages and retests count policy steps.
+
+Every random number comes from the sampler's own generator (two uniforms per drawn place), whose state is
+checkpointed with the records: `state_dict` / `load_state_dict` continue the identical stream.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import _checks as checks
+from ..kernels.rng import seed_state, uniforms
+from ..state.atomic import sha256_bytes
+from ..state.checks import array, check_header, counters, finite_nonnegative, integer, number, require, rng_words
+from ..sumtree import SumTree
+from .groups import read_groups
+from .rules import Learnability, PriorityRule
+
+STATE_VERSION = 1
+MAX_HALVINGS = 30  # a record this many staleness periods old is forgotten: its priority is the prior's
+_BELOW_ONE = float(np.nextafter(1.0, 0.0))
+
+
+@dataclass(frozen=True, eq=False)
+class PromptBatch:
+    """One batch of distinct prompt ``indices`` (int64); ``retest`` marks those drawn as retests of a judged
+    prompt; ``step`` is the number of batches drawn before this one and ``policy_step`` the sampler's clock when
+    it was drawn (the policy its rollouts come from)."""
+
+    indices: np.ndarray
+    retest: np.ndarray
+    step: int
+    policy_step: int
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def _tree(capacity: int, *, keys: bool = False) -> SumTree:
+    return SumTree(max(1, capacity), min_priority=False, min_key=keys, raw_sum=False)
+
+
+class PromptSampler:
+    """Batches of prompt indices drawn by a priority rule fed with each group's rewards (see the module doc).
+
+    Args:
+        num_prompts: N, the size of the prompt set.
+        batch_size: prompts per `next_batch` (B = TRL's ``generation_batch_size // num_generations``).
+        rule: a `PriorityRule` (default `Learnability`: p(1−p) from 0/1 rewards).
+        group_size: G, completions per prompt; needed for rewards given one per completion, and then checked.
+        prior: the priority of a prompt never measured (default: the rule's ``default_prior``); with ``labels``,
+            of a prompt whose bucket has no measured group yet.
+        labels: one integer label per prompt (a difficulty bucket, a source): each bucket's prior becomes the
+            running mean of its groups' signals, and its prompts' estimates shrink toward it.
+        prior_strength: m > 0, the prior's weight in groups.
+        prior_memory: the factor a bucket's running mean keeps of its past per feedback call, in [0, 1).
+        exploration: ε, the share of draws taken uniformly among active prompts (the exploration floor).
+        retest_every: every this many batches, retests lead the batch (None: never).
+        retest_size: places for retests in such a batch.
+        stale_after: N policy steps: a record loses half its weight each N steps it is not re-measured (None: never).
+        retire_after: retire a prompt solved in this many groups in a row (None: never).
+        solved_reward: a group is solved when every reward is at least this.
+        seed: the generator's seed.
+
+    Example:
+        >>> import numpy as np
+        >>> sampler = PromptSampler(100, 8, group_size=4, seed=0)
+        >>> batch = sampler.next_batch()
+        >>> rewards = (np.random.default_rng(0).random((8, 4)) < 0.5).astype(float)
+        >>> sampler.feedback(batch.indices, rewards=rewards)
+        8
+    """
+
+    def __init__(self, num_prompts: int, batch_size: int, *, rule: PriorityRule | None = None,
+                 group_size: int | None = None, prior: float | None = None, labels: Any = None,
+                 prior_strength: float = 1.0, prior_memory: float = 0.9, exploration: float = 0.05,
+                 retest_every: int | None = None, retest_size: int = 1, stale_after: int | None = None,
+                 retire_after: int | None = None, solved_reward: float = 1.0, seed: int = 0) -> None:
+        n = self.num_prompts = checks.integer("num_prompts", num_prompts, 1)
+        self.batch_size = checks.integer("batch_size", batch_size, 1, n, why="the prompts of a batch are distinct")
+        self.rule = Learnability() if rule is None else rule
+        if not isinstance(self.rule, PriorityRule):
+            raise TypeError(f"rule must be a PriorityRule (name, binary, default_prior, signals), got "
+                            f"{type(self.rule).__name__}")
+        self.group_size = checks.optional_integer("group_size", group_size, 2)
+        self.prior = checks.number("prior", self.rule.default_prior if prior is None else prior, 0.0)
+        self.prior_strength = checks.number("prior_strength", prior_strength, 0.0, low_open=True)
+        self.prior_memory = checks.number("prior_memory", prior_memory, 0.0, 1.0)
+        if self.prior_memory == 1.0:
+            raise ValueError("prior_memory must be < 1 (a running mean that keeps all its past never learns), got 1.0")
+        self.exploration = checks.number("exploration", exploration, 0.0, 1.0)
+        self.retest_every = checks.optional_integer("retest_every", retest_every, 1)
+        self.retest_size = checks.integer("retest_size", retest_size, 1)
+        self.stale_after = checks.optional_integer("stale_after", stale_after, 1)
+        self.retire_after = checks.optional_integer("retire_after", retire_after, 1)
+        self.solved_reward = checks.number("solved_reward", solved_reward)
+        self.seed = checks.integer("seed", seed, 0)
+        self._set_labels(labels)
+        self._data = _tree(n)
+        self._prior_trees = [_tree(len(m)) for m in self.members]
+        self._active = _tree(n, keys=True)
+        self._due = _tree(n, keys=True) if self.stale_after is not None else None
+        self._reset(seed_state(self.seed))
+
+    def _set_labels(self, labels: Any) -> None:
+        n = self.num_prompts
+        self.learn_prior = labels is not None
+        if labels is None:
+            self.label_values = np.zeros(1, np.int64)
+            self.bucket_of = np.zeros(n, np.int64)
+        else:
+            raw = np.asarray(labels)
+            if raw.shape != (n,) or raw.dtype.kind not in "iu":
+                raise ValueError(f"labels must be {n} integers (one per prompt), got dtype {raw.dtype} shape "
+                                 f"{raw.shape}")
+            self.label_values, self.bucket_of = np.unique(raw.astype(np.int64), return_inverse=True)
+            self.bucket_of = self.bucket_of.astype(np.int64).reshape(n)
+        self.num_buckets = len(self.label_values)
+        order = np.argsort(self.bucket_of, kind="stable")
+        starts = np.searchsorted(self.bucket_of[order], np.arange(self.num_buckets + 1))
+        self.members = [order[starts[b]:starts[b + 1]] for b in range(self.num_buckets)]
+        self.position = np.empty(n, np.int64)  # where prompt i sits in its bucket's tree
+        for members in self.members:
+            self.position[members] = np.arange(len(members))
+        self._labels_digest = sha256_bytes(self.bucket_of.tobytes()) if self.learn_prior else None
+
+    def _reset(self, rng: np.ndarray) -> None:
+        n, k = self.num_prompts, self.num_buckets
+        self.rng_state = rng
+        self.groups = np.zeros(n)
+        self.attempts = np.zeros(n)
+        self.successes = np.zeros(n)
+        self.signal_sum = np.zeros(n)
+        self.measured_at = np.full(n, -1, np.int64)
+        self.last_tested = np.full(n, -1, np.int64)  # last measured or drawn as a retest: the retest queue's order
+        self.last_drawn = np.full(n, -1, np.int64)  # the batch that last drew it (-1: never drawn)
+        self.streak = np.zeros(n, np.int64)
+        self.retired = np.zeros(n, np.bool_)
+        self.bucket_sum = np.zeros(k)
+        self.bucket_weight = np.zeros(k)
+        self.clock = 0
+        self.step = 0
+        self.counters = {"drawn": 0, "retests": 0, "exploration_draws": 0, "feedback_calls": 0, "groups": 0,
+                         "zero_variance_groups": 0, "retired": 0}
+        self.last_zero_variance = 0.0
+        self._rebuild()
+
+    # ------------------------------------------------------------------ priorities
+    def _decay(self, idx: np.ndarray) -> np.ndarray:
+        """d of each record at the current clock: 1, or 2^-⌊age / stale_after⌋ (0 once forgotten)."""
+        if self.stale_after is None:
+            return np.ones(len(idx))
+        halvings = np.maximum(self.clock - self.measured_at[idx], 0) // self.stale_after
+        return np.where(halvings < MAX_HALVINGS, np.ldexp(1.0, -np.minimum(halvings, MAX_HALVINGS)), 0.0)
+
+    def prior_values(self) -> np.ndarray:
+        """Each bucket's current prior (one value without ``labels``)."""
+        if not self.learn_prior:
+            return np.full(1, self.prior)
+        known = self.bucket_weight > 0
+        return np.where(known, self.bucket_sum / np.where(known, self.bucket_weight, 1.0), self.prior)
+
+    def _leaves(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The trees' leaves of prompts ``idx``: A, c, active (1/0), retest key, next decay step."""
+        d = self._decay(idx)
+        g, s = d * self.groups[idx], d * self.signal_sum[idx]
+        denominator = g + self.prior_strength
+        live = ~self.retired[idx]
+        a = np.where(live, s / denominator, 0.0)
+        c = np.where(live, self.prior_strength / denominator, 0.0)
+        judged = live & (g > 0) & (s == 0)
+        key = np.where(judged, self.last_tested[idx].astype(np.float64), np.inf)
+        due = np.full(len(idx), np.inf)
+        if self.stale_after is not None:
+            measured = live & (self.measured_at[idx] >= 0)
+            halvings = np.maximum(self.clock - self.measured_at[idx], 0) // self.stale_after
+            pending = measured & (halvings < MAX_HALVINGS)
+            due[pending] = (self.measured_at[idx] + self.stale_after * (halvings + 1))[pending]
+        return a, c, live.astype(np.float64), key, due
+
+    def _refresh(self, idx: np.ndarray) -> None:
+        """Rewrite every tree's leaves of the (distinct) prompts ``idx`` from their records."""
+        a, c, live, key, due = self._leaves(idx)
+        self._data.set(idx, a)
+        buckets = self.bucket_of[idx]
+        for b in np.unique(buckets):
+            mine = buckets == b
+            self._prior_trees[b].set(self.position[idx[mine]], c[mine])
+        self._active.set(idx, live, keys=key)
+        if self._due is not None:
+            self._due.set(idx, np.zeros(len(idx)), keys=due)
+
+    def _rebuild(self) -> None:
+        for tree in (self._data, self._active, self._due, *self._prior_trees):
+            if tree is not None:
+                tree.clear()
+        self._refresh(np.arange(self.num_prompts))
+
+    def _hide(self, i: int) -> None:
+        """Take prompt i out of every draw until `_refresh` (the places of a batch are distinct)."""
+        one = np.array([i], np.int64)
+        self._data.set(one, 0.0)
+        self._prior_trees[self.bucket_of[i]].set(self.position[one], 0.0)
+        self._active.set(one, 0.0, keys=np.inf)
+
+    def priorities(self, indices: Any = None) -> np.ndarray:
+        """Each prompt's priority as the trees hold it (0 for a retired one), for all N or the given indices."""
+        idx = np.arange(self.num_prompts) if indices is None else np.asarray(indices, np.int64)
+        c = np.empty(len(idx))
+        for b in range(self.num_buckets):
+            mine = self.bucket_of[idx] == b
+            c[mine] = self._prior_trees[b].get(self.position[idx[mine]])
+        return self._data.get(idx) + c * self.prior_values()[self.bucket_of[idx]]
+
+    def probabilities(self, indices: Any = None) -> np.ndarray:
+        """P(i) of the next single draw (a batch's first prioritized place), for all N or the given indices."""
+        priorities = self.priorities()
+        live = ~self.retired
+        total = priorities.sum()
+        uniform = live / max(1, int(live.sum()))
+        p = (1.0 - self.exploration) * priorities / total + self.exploration * uniform if total > 0 else uniform
+        return p if indices is None else p[np.asarray(indices, np.int64)]
+
+    # ------------------------------------------------------------------ drawing
+    def __len__(self) -> int:
+        """Batches per epoch, as TRL counts them: N // batch_size (an incomplete last chunk is dropped)."""
+        return self.num_prompts // self.batch_size
+
+    def next_batch(self) -> PromptBatch:
+        """The next ``batch_size`` prompts."""
+        return self.sample(self.batch_size)
+
+    def sample(self, k: int) -> PromptBatch:
+        """``k`` distinct prompts: retests first when this batch is due for them, then draws by priority."""
+        active = int(round(self._active.total))
+        k = checks.integer("k", k, 1, max(1, active), why=f"{active} of {self.num_prompts} prompts are not retired"
+                           ", and a batch's prompts are distinct")
+        if active == 0:
+            raise RuntimeError("every prompt is retired: nothing left to draw")
+        chosen: list[int] = []
+        if self.retest_every is not None and self.step % self.retest_every == 0:
+            while len(chosen) < min(self.retest_size, k) and self._active.min_key() < np.inf:
+                chosen.append(self._active.argmin())
+                self._hide(chosen[-1])
+        retests = len(chosen)
+        u = uniforms(self.rng_state, 2 * (k - retests))
+        priors = self.prior_values()
+        for j in range(k - retests):
+            chosen.append(self._draw_one(u[2 * j], u[2 * j + 1], priors))
+            self._hide(chosen[-1])
+        indices = np.array(chosen, np.int64)
+        self.last_tested[indices[:retests]] = self.clock
+        self.last_drawn[indices] = self.step
+        self._refresh(indices)
+        batch = PromptBatch(indices, np.arange(k) < retests, self.step, self.clock)
+        self.step += 1
+        self.counters["drawn"] += k
+        self.counters["retests"] += retests
+        return batch
+
+    def _draw_one(self, u_mix: float, u_pick: float, priors: np.ndarray) -> int:
+        masses = [self._data.total] + [float(p) * tree.total for p, tree in zip(priors, self._prior_trees)]
+        total = sum(masses)
+        if u_mix < self.exploration or not total > 0:
+            self.counters["exploration_draws"] += 1
+            return int(self._active.sample(np.array([u_pick]), stratified=False)[0])
+        target = u_pick * total
+        last = max(j for j, mass in enumerate(masses) if mass > 0)  # rounding never walks past the last mass
+        part = 0
+        while part < last and (masses[part] <= 0 or target >= masses[part]):
+            target -= masses[part]
+            part += 1
+        fraction = min(max(target / masses[part], 0.0), _BELOW_ONE)
+        if part == 0:
+            return int(self._data.sample(np.array([fraction]), stratified=False)[0])
+        slot = self._prior_trees[part - 1].sample(np.array([fraction]), stratified=False)[0]
+        return int(self.members[part - 1][slot])
+
+    # ------------------------------------------------------------------ feedback
+    def feedback(self, prompt_indices: Any, *, rewards: Any, policy_step: int | None = None) -> int:
+        """Record each group's rewards: ``prompt_indices`` (k,) with ``rewards`` (k, G), or one index and one
+        reward per completion (k·G,), each prompt G times in a row (TRL's layout). Call it once per generation
+        batch. ``policy_step`` is the step the rollouts' policy had (default: one more than the last call's).
+        Returns how many groups were recorded.
+
+        Bad input (a wrong shape, NaN, a non-0/1 reward for a binary rule, a prompt this sampler never drew, a
+        group of the wrong size, a step that goes back) raises a ValueError naming the argument and the value,
+        and nothing changes.
+        """
+        idx, values = read_groups(prompt_indices, rewards, group_size=self.group_size, binary=self.rule.binary,
+                                  rule_name=type(self.rule).__name__, num_prompts=self.num_prompts,
+                                  drawn=self.last_drawn >= 0)
+        signals = np.asarray(self.rule.signals(values), np.float64)
+        if signals.shape != (len(idx),) or not (np.isfinite(signals) & (signals >= 0)).all():
+            raise ValueError(f"{type(self.rule).__name__}.signals must return {len(idx)} finite values >= 0, got "
+                             f"{signals!r}")
+        now = self.clock + 1 if policy_step is None else checks.integer(
+            "policy_step", policy_step, self.clock, why=f"the last feedback was at policy step {self.clock}")
+        # Everything is checked: from here on the sampler changes.
+        self.clock = now
+        distinct = np.unique(idx)
+        d = self._decay(distinct)
+        for column in (self.groups, self.attempts, self.successes, self.signal_sum):
+            column[distinct] *= d
+        np.add.at(self.groups, idx, 1.0)
+        np.add.at(self.attempts, idx, float(values.shape[1]))
+        np.add.at(self.successes, idx, values.sum(axis=1))
+        np.add.at(self.signal_sum, idx, signals)
+        self.measured_at[distinct] = now
+        self.last_tested[distinct] = now
+        solved = (values >= self.solved_reward).all(axis=1)
+        for i, done in zip(idx.tolist(), solved.tolist()):  # in order: a prompt given twice counts twice
+            self.streak[i] = self.streak[i] + 1 if done else 0
+        if self.retire_after is not None:
+            newly = distinct[(self.streak[distinct] >= self.retire_after) & ~self.retired[distinct]]
+            self.retired[newly] = True
+            self.counters["retired"] += len(newly)
+        if self.learn_prior:
+            buckets = self.bucket_of[idx]
+            present = np.unique(buckets)
+            self.bucket_sum[present] *= self.prior_memory
+            self.bucket_weight[present] *= self.prior_memory
+            np.add.at(self.bucket_sum, buckets, signals)
+            np.add.at(self.bucket_weight, buckets, 1.0)
+        zero = int((values == values[:, :1]).all(axis=1).sum())
+        self.counters["feedback_calls"] += 1
+        self.counters["groups"] += len(idx)
+        self.counters["zero_variance_groups"] += zero
+        self.last_zero_variance = zero / len(idx)
+        self._decay_due(distinct)
+        self._refresh(distinct)
+        return len(idx)
+
+    def _decay_due(self, skip: np.ndarray) -> None:
+        """Rewrite the leaves of every record whose weight halved since the last call (the min tree says which)."""
+        if self._due is None:
+            return
+        due: list[int] = []
+        while self._due.min_key() <= self.clock:
+            due.append(self._due.argmin())
+            self._due.set(np.array(due[-1:], np.int64), 0.0, keys=np.inf)
+        if due:
+            self._refresh(np.setdiff1d(np.array(due, np.int64), skip))
+
+    # ------------------------------------------------------------------ introspection
+    def pass_rates(self) -> np.ndarray:
+        """Each prompt's measured mean reward, successes / attempts (its pass rate for 0/1 rewards); NaN where
+        never measured. For plots of pass rates over training."""
+        measured = self.attempts > 0
+        return np.divide(self.successes, self.attempts, out=np.full(self.num_prompts, np.nan), where=measured)
+
+    def judged(self) -> np.ndarray:
+        """Active prompts judged solved or unsolved: measured, and every measured group gave no signal (the
+        retest queue)."""
+        return np.isfinite(self._active.get_keys(np.arange(self.num_prompts)))
+
+    def stats(self) -> dict[str, Any]:
+        """Counters, the share of zero-variance groups in the last feedback call (TRL's ``frac_reward_zero_std``)
+        and overall, the active / judged / measured prompt counts and the bucket priors. O(N): for logging."""
+        groups = self.counters["groups"]
+        return {"step": self.step, "policy_step": self.clock, **self.counters,
+                "frac_zero_variance": self.last_zero_variance,
+                "frac_zero_variance_total": self.counters["zero_variance_groups"] / groups if groups else 0.0,
+                "active": int(round(self._active.total)), "judged": int(self.judged().sum()),
+                "measured": int((self.measured_at >= 0).sum()), "priors": self.prior_values().tolist()}
+
+    # ------------------------------------------------------------------ checkpoint
+    def config(self) -> dict:
+        return {"num_prompts": self.num_prompts, "batch_size": self.batch_size, "rule": self.rule.name,
+                "group_size": self.group_size, "prior": self.prior, "labels": self._labels_digest,
+                "prior_strength": self.prior_strength, "prior_memory": self.prior_memory,
+                "exploration": self.exploration, "retest_every": self.retest_every, "retest_size": self.retest_size,
+                "stale_after": self.stale_after, "retire_after": self.retire_after,
+                "solved_reward": self.solved_reward, "seed": self.seed}
+
+    _FLOATS = ("groups", "attempts", "successes", "signal_sum")
+    _INTS = ("measured_at", "last_tested", "last_drawn", "streak")
+
+    def state_dict(self) -> dict:
+        """A snapshot (copies) of everything the next draws and feedback depend on: records, clock, RNG."""
+        return {"version": STATE_VERSION, "config": self.config(),
+                **{name: getattr(self, name).copy() for name in (*self._FLOATS, *self._INTS)},
+                "retired": self.retired.copy(), "bucket_sum": self.bucket_sum.copy(),
+                "bucket_weight": self.bucket_weight.copy(), "clock": self.clock, "step": self.step,
+                "rng": self.rng_state.copy(), "counters": dict(self.counters),
+                "last_zero_variance": np.float64(self.last_zero_variance)}
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Restore a `state_dict` of a sampler with the same configuration; the next batch is the one that would
+        have followed. Every value is checked first (`InvalidState` names the bad field) and a refused state
+        leaves the sampler as it was."""
+        where = check_header(state, STATE_VERSION, self.config(), "prompt sampler")
+        n, k = self.num_prompts, self.num_buckets
+        clock = integer(state, "clock", where, 0)
+        step = integer(state, "step", where, 0)
+        new: dict[str, Any] = {}
+        for name in self._FLOATS:
+            new[name] = array(state, name, where, (n,), "fiu", np.float64)
+            if name == "successes":  # a sum of rewards: graded rewards may be negative
+                bad = np.flatnonzero(~np.isfinite(new[name]))
+                require(not len(bad), f"{where}['successes'][{bad[:1].tolist()}] must be finite")
+            else:
+                finite_nonnegative(new[name], f"{where}[{name!r}]")
+        for name, low, high in (("measured_at", -1, clock), ("last_tested", -1, clock), ("last_drawn", -1, step - 1),
+                                ("streak", 0, None)):
+            new[name] = array(state, name, where, (n,), "iu", np.int64)
+            bad = (new[name] < low) | (new[name] > high if high is not None else False)
+            require(not bad.any(), f"{where}[{name!r}] must lie in [{low}, {high if high is not None else 'inf'}], "
+                                   f"got {new[name][bad][:1].tolist()}")
+        require(not (new["successes"] > new["attempts"]).any() or not self.rule.binary,
+                f"{where}: successes exceed attempts")
+        new["retired"] = array(state, "retired", where, (n,), "b", np.bool_)
+        for name in ("bucket_sum", "bucket_weight"):
+            new[name] = array(state, name, where, (k,), "fiu", np.float64)
+            finite_nonnegative(new[name], f"{where}[{name!r}]")
+        rng = rng_words(state, "rng", where)
+        counts = counters(state, "counters", where, self.counters)
+        last_zero = number(state, "last_zero_variance", where, 0.0)
+        require(last_zero <= 1.0, f"{where}['last_zero_variance'] must be a share in [0, 1], got {last_zero!r}")
+        # Everything is checked: from here on nothing can fail.
+        for name, value in new.items():
+            setattr(self, name, value)
+        self.clock, self.step, self.rng_state, self.counters = clock, step, rng, counts
+        self.last_zero_variance = float(last_zero)
+        self._rebuild()
