@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from .. import _checks as checks
+from ..state import checks as state_checks
 from ..state.files import StateFileError
 from .state_files import read_state_file, state_digest, write_state_file
 
@@ -95,8 +96,15 @@ class ReplayShard:
         if not path.is_file():
             first = ReplayShard(0, 1).file(directory, ".npz")
             if first.is_file():  # written by fewer ranks than this run has
-                check_world_size(int(read_state_file(first)[0]["world_size"]), self.world_size, str(directory))
+                check_world_size(_saved_world_size(read_state_file(first)[0], first), self.world_size,
+                                 str(directory))
             raise StateFileError(path, "no such shard file")
         payload = read_state_file(path)[0]
-        check_world_size(int(payload["world_size"]), self.world_size, str(directory))
-        return payload["state"]
+        check_world_size(_saved_world_size(payload, path), self.world_size, str(directory))
+        return state_checks.field(payload, "state", str(path))
+
+
+def _saved_world_size(payload: Any, path: Path) -> int:
+    """The world size a shard file records (`InvalidState` naming the file if it holds none: a shared state file
+    of another kind, whose digest is intact, put where a shard belongs)."""
+    return state_checks.integer(payload, "world_size", str(path), 1)

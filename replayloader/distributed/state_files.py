@@ -84,18 +84,24 @@ def write_state_file(state: Mapping, digest: str, path: Path) -> None:
 
 
 def read_state_file(path: Path) -> tuple[dict, str]:
-    """(state, digest) of a `write_state_file` file; a damaged or foreign file raises `StateFileError`."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
+    """(state, digest) of a `write_state_file` file; a damaged or foreign file raises `StateFileError`.
+
+    Every failure to read it is one error naming the file: a truncated archive or flipped bytes surface as
+    zipfile's ``BadZipFile``, ``EOFError`` or ``NotImplementedError`` (a garbled compression field), a foreign
+    header as a ``KeyError``, and a caller should not have to know numpy's and zipfile's exception types.
+    """
+    try:  # the file opened here, not by np.load, which leaks its handle when the archive is unreadable
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:
             header = json.loads(bytes(data["__header__"]).decode())
             arrays = {name: data[name] for name in data.files if name != "__header__"}
-    except (OSError, ValueError, KeyError) as exc:
-        raise StateFileError(path, f"not a shared state file ({type(exc).__name__}: {exc})") from exc
-    state = unflatten_state(arrays, header["meta"])
-    digest = state_digest(state)
-    if digest != header["sha256"]:
+        state = unflatten_state(arrays, header["meta"])
+        recorded, digest = str(header["sha256"]), state_digest(state)
+    except Exception as exc:  # noqa: BLE001 - every reason means the same: this file cannot be used
+        raise StateFileError(path, f"not a shared state file ({type(exc).__name__}: {exc})".replace("\n", " ")) \
+            from exc
+    if digest != recorded:
         raise StateFileError(path, f"content digest {digest[:12]} does not match the recorded "
-                                   f"{header['sha256'][:12]} (a damaged file)")
+                                   f"{recorded[:12]} (a damaged file)")
     return state, digest
 
 

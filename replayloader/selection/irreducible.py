@@ -8,13 +8,25 @@ plus one forward pass over the training set, paid once.
 fits), keeps the checkpoint that is best on a held-out slice *of the hold-out split* (never on the evaluation
 set), scores the training set from that checkpoint, and records what it cost (CPU and wall seconds of training,
 of checkpoint selection and of scoring), how good the IL model is, and what made it (``provenance``: data
-digest, split, label-noise seed, model config). The file is written atomically (a kill leaves the old file or
-the new one); a later call with the same path and the same provenance loads it instead of refitting, and a call
-whose provenance differs is refused, naming the keys that differ. Why: RHO-LOSS stalls near the IL model's own
-quality, so a weak or mismatched IL model silently caps the run (issue 28's audit: an IL model trained 420 steps
-without validation reached 0.686 dev accuracy, below the 0.70 target).
+digest, split, label-noise seed, model config). A later call with the same path and the same provenance loads
+the file instead of refitting, and a call whose provenance differs is refused, naming the keys that differ.
+Why: RHO-LOSS stalls near the IL model's own quality, so a weak or mismatched IL model silently caps the run
+(issue 28's audit: an IL model trained 420 steps without validation reached 0.686 dev accuracy, below the 0.70
+target).
 
-`irreducible_losses` is the 1.0 function, kept for old callers: it trusts any file of the right length.
+The file is a state file like every other the library writes (`replayloader.state.save_state`: atomic, every
+array digested) and is validated before anything is returned. A damaged file (truncated, flipped bytes,
+non-finite or missing losses, negative costs, a best step outside the fit) raises `InvalidState` in one line
+naming the file and the field, or, with ``on_invalid="refit"``, is fitted again with a warning saying why. Why:
+RHO-LOSS subtracts these losses from every score, so a file that loads silently wrong corrupts the whole run
+without a sign (issue 43: a NaN or a short loss array used to load with ``loaded=True``).
+
+`irreducible_losses` is the 1.0 function, kept for old callers; its file is validated the same way.
+
+Files written by 1.0 (plain ``np.savez``, no digest, no count of training examples) still load, validated, when
+the caller says how many training examples there are (``num_examples``, which `irreducible_losses` always
+does); without it they are refused with a message that says to pass it or to fit again, since a file that
+cannot say how many losses it should hold cannot be checked.
 """
 from __future__ import annotations
 
@@ -23,15 +35,18 @@ import json
 import math
 import time
 import warnings
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from .. import _checks as checks
-from ..state.atomic import atomic_write
+from ..state import checks as state_checks
+from ..state.checks import InvalidState
+from ..state.files import StateFileError, load_state, save_state
 from .._arrays import to_numpy
 
 
@@ -47,16 +62,22 @@ class IrreducibleLosses:
     score_wall_s: float
 
     def save(self, path: str | Path) -> None:
-        def write(f):
-            np.savez(f, losses=self.losses, train_cpu_s=self.train_cpu_s, score_cpu_s=self.score_cpu_s,
-                     train_wall_s=self.train_wall_s, score_wall_s=self.score_wall_s)
-        atomic_write(path, write)
+        """One state file (`replayloader.state.save_state`: atomic, digested) holding the losses and their cost."""
+        save_state({"format": FORMAT, "kind": "losses", "examples": len(self.losses),
+                    "losses": np.asarray(self.losses, np.float64),
+                    **{key: float(getattr(self, key)) for key in _COSTS}}, path)
 
     @classmethod
-    def load(cls, path: str | Path) -> IrreducibleLosses:
-        with np.load(path) as f:
-            return cls(np.array(f["losses"], np.float64), *(float(f[k]) for k in
-                       ("train_cpu_s", "score_cpu_s", "train_wall_s", "score_wall_s")))
+    def load(cls, path: str | Path, *, num_examples: int | None = None) -> IrreducibleLosses:
+        """The losses and cost of a file `save` or `IrreducibleModel.save` wrote, validated (`InvalidState` naming
+        the file and the field otherwise); ``num_examples``, if given, must match (a ValueError otherwise), and
+        is required for a file written by 1.0, which records no count to check its losses against."""
+        if num_examples is not None:
+            num_examples = checks.integer("num_examples", num_examples, 1)
+        found = _read_validated(Path(path), num_examples)
+        _check_count(path, found["losses"], num_examples)
+        return cls(found["losses"], *(found[key] for key in ("train_cpu_s", "score_cpu_s", "train_wall_s",
+                                                             "score_wall_s")))
 
 
 def irreducible_losses(path: str | Path, num_examples: int, train: Callable[[], Any],
@@ -64,14 +85,12 @@ def irreducible_losses(path: str | Path, num_examples: int, train: Callable[[], 
     """The 1.0 form (prefer `fit_irreducible`, which validates the IL model and refuses a file made from other
     data). Load ``path`` if it holds ``num_examples`` losses; else ``model = train()`` (fit the small model on the
     held-out split), ``losses = score(model)`` (per-example loss of every training example, dataset order, shape
-    (num_examples,)), check them (finite), save them to ``path`` with their cost, and return them."""
+    (num_examples,)), check them (finite), save them to ``path`` with their cost, and return them. A damaged file
+    raises `InvalidState` (see `IrreducibleLosses.load`)."""
     path = Path(path)
+    num_examples = checks.integer("num_examples", num_examples, 1)
     if path.exists():
-        found = IrreducibleLosses.load(path)
-        if found.losses.shape != (num_examples,):
-            raise ValueError(f"{path} holds {found.losses.shape[0]} irreducible losses, expected num_examples = "
-                             f"{num_examples}; delete it to recompute")
-        return found
+        return IrreducibleLosses.load(path, num_examples=num_examples)
     cpu, wall = time.process_time(), time.perf_counter()
     model = train()
     cpu_train, wall_train = time.process_time(), time.perf_counter()
@@ -90,7 +109,11 @@ def irreducible_losses(path: str | Path, num_examples: int, train: Callable[[], 
 
 
 # ---------------------------------------------------------------------------------------------------- validated
-FORMAT = "replayloader.irreducible/2"
+FORMAT = "replayloader.irreducible/3"  # a save_state file; /2 was 1.0's np.savez with a JSON "meta" member
+LEGACY_FORMAT = "replayloader.irreducible/2"
+_COSTS = ("train_cpu_s", "train_wall_s", "score_cpu_s", "score_wall_s")
+_SELECT_COSTS = ("select_cpu_s", "select_wall_s")
+_LEGACY_MEMBER = "train_cpu_s.npy"  # 1.0's np.savez wrote each cost as a member; save_state files keep them in JSON
 _FIT_KEYS = ("fit.steps", "fit.eval_every", "fit.higher_is_better")  # how the model was fitted, compared too
 
 
@@ -107,7 +130,7 @@ class ProvenanceMismatch(ValueError):
 
 
 def _canonical(value: Any) -> str:
-    return "<missing>" if value is _MISSING else json.dumps(value, sort_keys=True)
+    return "<missing>" if value is _MISSING else json.dumps(value, sort_keys=True, default=repr)
 
 
 def _short(value: Any) -> str:
@@ -218,37 +241,153 @@ class IrreducibleModel:
         return self.quality < target if self.higher_is_better else self.quality > target
 
     def save(self, path: str | Path) -> None:
-        """One ``.npz``, atomically; `IrreducibleLosses.load` reads its losses and cost too."""
-        steps, qualities = (np.array([c[i] for c in self.curve]) for i in (0, 1))
-        meta = {"format": FORMAT, "provenance": self.provenance, "fit": self.fit}
-
-        def write(f):
-            np.savez(f, losses=self.losses, train_cpu_s=self.train_cpu_s, score_cpu_s=self.score_cpu_s,
-                     train_wall_s=self.train_wall_s, score_wall_s=self.score_wall_s,
-                     select_cpu_s=self.select_cpu_s, select_wall_s=self.select_wall_s, quality=self.quality,
-                     best_step=self.best_step, steps=self.steps, higher_is_better=self.higher_is_better,
-                     curve_steps=steps.astype(np.int64), curve_quality=qualities.astype(np.float64),
-                     meta=np.array(json.dumps(meta, sort_keys=True)))
-        atomic_write(path, write)
+        """One state file (`replayloader.state.save_state`: atomic, every array digested); `load` validates it and
+        `IrreducibleLosses.load` reads its losses and cost too. Provenance and fit are kept as JSON text, so their
+        keys may hold any character (state keys may not hold '.')."""
+        save_state({"format": FORMAT, "kind": "model", "examples": len(self.losses),
+                    "losses": np.asarray(self.losses, np.float64),
+                    **{key: float(getattr(self, key)) for key in _COSTS + _SELECT_COSTS},
+                    "quality": float(self.quality), "best_step": int(self.best_step), "steps": int(self.steps),
+                    "higher_is_better": bool(self.higher_is_better),
+                    "curve_steps": np.array([c[0] for c in self.curve], np.int64),
+                    "curve_quality": np.array([c[1] for c in self.curve], np.float64),
+                    "provenance": json.dumps(self.provenance, sort_keys=True),
+                    "fit": json.dumps(self.fit, sort_keys=True)}, path)
 
     @classmethod
-    def load(cls, path: str | Path) -> IrreducibleModel:
-        """Read a file `save` wrote; a file without provenance (written by `irreducible_losses`) is refused."""
-        with np.load(path, allow_pickle=False) as f:
-            if "meta" not in f.files:
-                raise ValueError(f"{path} has no provenance (written by irreducible_losses, or not by this "
-                                 f"library); delete it, or give another path, to fit the irreducible-loss model")
-            meta = json.loads(str(f["meta"]))
-            if meta.get("format") != FORMAT:
-                raise ValueError(f"{path} has format {meta.get('format')!r}, expected {FORMAT!r}")
-            curve = tuple((int(a), float(b)) for a, b in zip(f["curve_steps"], f["curve_quality"]))
-            losses = np.array(f["losses"], np.float64)
-            losses.flags.writeable = False
-            return cls(losses, float(f["quality"]), int(f["best_step"]), int(f["steps"]),
-                       bool(f["higher_is_better"]), curve, meta["provenance"],
-                       *(float(f[k]) for k in ("train_cpu_s", "train_wall_s", "select_cpu_s", "select_wall_s",
-                                               "score_cpu_s", "score_wall_s")),
-                       loaded=True, fit=meta.get("fit", {}))
+    def load(cls, path: str | Path, *, num_examples: int | None = None) -> IrreducibleModel:
+        """Read a file `save` wrote, validated: losses finite, one per training example the file records; costs
+        finite and >= 0; the best step inside the fit and on its curve, with the curve's quality. A file that
+        fails raises `InvalidState` naming the file and the field; one without provenance (written by
+        `irreducible_losses`) is refused too. ``num_examples``, if given, must match (a ValueError otherwise);
+        a file written by 1.0 records no count, so it loads only with ``num_examples``."""
+        if num_examples is not None:
+            num_examples = checks.integer("num_examples", num_examples, 1)
+        found = _load_model(Path(path), num_examples)
+        _check_count(path, found.losses, num_examples)
+        return found
+
+
+def _check_count(path: str | Path, losses: np.ndarray, num_examples: int | None) -> None:
+    """A valid file made for another number of training examples: the caller's inputs differ, not the file."""
+    if num_examples is not None and len(losses) != num_examples:
+        raise ValueError(f"{path} holds {len(losses)} irreducible losses, expected num_examples = {num_examples}; "
+                         f"delete it, or give another path, to compute them for these inputs")
+
+
+def _load_model(path: Path, num_examples: int | None) -> IrreducibleModel:
+    found = _read_validated(path, num_examples)
+    if found["kind"] != "model":
+        raise InvalidState(f"{path} has no provenance (written by irreducible_losses, or not by this library); "
+                           f"delete it, or give another path, to fit the irreducible-loss model")
+    losses = found["losses"]
+    losses.flags.writeable = False
+    return IrreducibleModel(losses, found["quality"], found["best_step"], found["steps"], found["higher_is_better"],
+                            found["curve"], found["provenance"],
+                            *(found[key] for key in ("train_cpu_s", "train_wall_s", "select_cpu_s", "select_wall_s",
+                                                     "score_cpu_s", "score_wall_s")),
+                            loaded=True, fit=found["fit"])
+
+
+def _read_validated(path: Path, num_examples: int | None) -> dict[str, Any]:
+    """Every field of an irreducible-loss file, checked (`InvalidState` naming the file and the field otherwise).
+
+    Nothing is returned, and no object built, until the whole file has passed: a refused file leaves nothing
+    half-loaded. Both layouts are read: the state file of `save` and 1.0's plain ``np.savez`` (told apart by
+    a member only 1.0 wrote; a file too damaged to tell goes to `load_state`, which names what is wrong).
+    """
+    where = str(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            legacy = _LEGACY_MEMBER in archive.namelist()
+    except Exception:  # unreadable here means unreadable for load_state too: it says why in the library's words
+        legacy = False
+    if legacy:
+        return _validated(_read_legacy(path), where, num_examples, legacy=True)
+    try:
+        fields = load_state(path)
+    except StateFileError as err:
+        raise InvalidState(" ".join(str(err).split("\n"))) from None
+    return _validated(fields, where, num_examples, legacy=False)
+
+
+def _read_legacy(path: Path) -> dict[str, Any]:
+    """A 1.0 file's members, all read before any is checked (numpy's and zipfile's errors become `InvalidState`)."""
+    try:
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:  # np.load leaks a handle it opened
+            fields: dict[str, Any] = {key: data[key] for key in data.files}
+    except Exception as err:  # zipfile (bad CRC), numpy (bad header) and EOF errors all mean a damaged file
+        raise InvalidState(f"{path}: not a readable irreducible-loss file (truncated or damaged?): "
+                           f"{type(err).__name__}: {err}".replace("\n", " ")) from None
+    if "meta" in fields:
+        try:
+            meta = json.loads(str(fields["meta"]))
+        except ValueError as err:
+            raise InvalidState(f"{path}['meta'] is not JSON: {err}") from None
+        state_checks.require(isinstance(meta, dict) and meta.get("format") == LEGACY_FORMAT,
+                             f"{path}['meta'] must have format {LEGACY_FORMAT!r}, got "
+                             f"{meta.get('format') if isinstance(meta, dict) else meta!r}")
+        fields.update(provenance=meta.get("provenance"), fit=meta.get("fit", {}))
+    return fields
+
+
+def _json_object(value: Any, name: str, *, empty: bool) -> dict:
+    """A provenance or fit record: a JSON object (text in a state file, already parsed in a 1.0 file)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as err:
+            raise InvalidState(f"{name} is not JSON: {err}") from None
+    state_checks.require(isinstance(value, dict) and (empty or value),
+                         f"{name} must be a{'' if empty else ' non-empty'} JSON object, got {_short(value)}")
+    return value
+
+
+def _validated(fields: Any, where: str, num_examples: int | None, *, legacy: bool) -> dict[str, Any]:
+    """The checks of issue 43, for either layout; the counts of the file, never the caller's, size the losses
+    (except in a 1.0 file, which records none: there ``num_examples`` is required)."""
+    state_checks.require(isinstance(fields, dict), f"{where} must hold a mapping, got {type(fields).__name__}")
+    if legacy:
+        kind = "model" if "meta" in fields else "losses"
+        if num_examples is None:
+            raise InvalidState(f"{where} was written by replayloader 1.0 (np.savez: no digest, no count of training "
+                               f"examples), so its losses cannot be checked: pass num_examples=<number of training "
+                               f"examples> to load it validated, or delete it to compute the losses again")
+        examples = num_examples
+    else:
+        state_checks.require(fields.get("format") == FORMAT,
+                             f"{where}['format'] must be {FORMAT!r}, got {_short(fields.get('format'))}")
+        kind = fields.get("kind")
+        state_checks.require(kind in ("model", "losses"), f"{where}['kind'] must be 'model' or 'losses', got "
+                                                          f"{_short(kind)}")
+        examples = state_checks.integer(fields, "examples", where, 1)
+    losses = state_checks.array(fields, "losses", where, (examples,), "f", np.float64)
+    state_checks.finite(losses, f"{where}['losses']")
+    found: dict[str, Any] = {"kind": kind, "losses": losses}
+    costs = _COSTS + (_SELECT_COSTS if kind == "model" else ())
+    found.update({key: state_checks.number(fields, key, where, 0.0) for key in costs})
+    if kind == "model":
+        steps = state_checks.integer(fields, "steps", where, 1)
+        best_step = state_checks.integer(fields, "best_step", where, 1, steps)  # inside the fit
+        curve_steps = state_checks.array(fields, "curve_steps", where, (-1,), "iu", np.int64)
+        curve_quality = state_checks.array(fields, "curve_quality", where, (len(curve_steps),), "f", np.float64)
+        state_checks.finite(curve_quality, f"{where}['curve_quality']")
+        state_checks.require(len(curve_steps) > 0 and curve_steps[0] >= 1 and curve_steps[-1] <= steps
+                             and bool(np.all(np.diff(curve_steps) > 0)),
+                             f"{where}['curve_steps'] must rise strictly within [1, {steps}], got "
+                             f"{_short(curve_steps.tolist())}")
+        at = np.flatnonzero(curve_steps == best_step)
+        state_checks.require(len(at) == 1, f"{where}['best_step'] = {best_step} is not a step of its curve")
+        quality = state_checks.number(fields, "quality", where)
+        state_checks.require(quality == curve_quality[at[0]], f"{where}['quality'] = {quality!r} is not the curve's "
+                                                              f"quality at best_step {best_step} "
+                                                              f"({curve_quality[at[0]]!r})")
+        found.update(steps=steps, best_step=best_step, quality=quality,
+                     higher_is_better=state_checks.boolean(fields, "higher_is_better", where),
+                     curve=tuple((int(a), float(b)) for a, b in zip(curve_steps, curve_quality)),
+                     provenance=_json_object(fields.get("provenance"), f"{where}['provenance']", empty=False),
+                     fit=_json_object(fields.get("fit", {}), f"{where}['fit']", empty=True))
+    return found
 
 
 class _Clock:
@@ -274,7 +413,8 @@ def _callable(name: str, value: Any) -> Callable:
 def fit_irreducible(path: str | Path, *, train: Callable[[int], Any], evaluate: Callable[[], float],
                     snapshot: Callable[[], Any], restore: Callable[[Any], Any], score: Callable[[], Any],
                     provenance: Mapping[str, Any], steps: int, eval_every: int, target: float | None = None,
-                    higher_is_better: bool = True, num_examples: int | None = None) -> IrreducibleModel:
+                    higher_is_better: bool = True, num_examples: int | None = None,
+                    on_invalid: Literal["refuse", "refit"] = "refuse") -> IrreducibleModel:
     """Fit the irreducible-loss model once, choose its checkpoint on a held-out slice of the hold-out split, and
     return the training examples' losses from that checkpoint; a later call with the same ``path`` and
     ``provenance`` loads the file instead (reuse across runs and seeds: the cost is paid once).
@@ -298,7 +438,15 @@ def fit_irreducible(path: str | Path, *, train: Callable[[int], Any], evaluate: 
     (with ``steps``, ``eval_every``, ``higher_is_better``) when the file exists: any difference raises
     `ProvenanceMismatch` listing the keys. ``target``: the quality the main run aims at, in ``evaluate``'s units;
     if the IL model's best is worse, one `UserWarning` line says so (RHO-LOSS stalls near the IL model's quality,
-    fitted or loaded alike). ``num_examples``: the expected number of losses, checked.
+    fitted or loaded alike). ``num_examples``: the expected number of losses, checked (and required to load a
+    file written by 1.0, which records no count).
+
+    A file at ``path`` that fails validation (unreadable, truncated, damaged bytes, non-finite or missing losses,
+    negative costs, a best step outside the fit: see `IrreducibleModel.load`) raises `InvalidState` in one line
+    naming the file and the field, before anything is trained or written (``on_invalid="refuse"``, the default:
+    a file that silently changed should be looked at, not papered over). With ``on_invalid="refit"`` it is fitted
+    again and replaced (atomically, only once the new fit is valid), and one `UserWarning` line says why. A
+    `ProvenanceMismatch` is never refit: that file is valid, for other inputs.
 
     Returns an `IrreducibleModel` (losses, quality, curve, cost, provenance, ``loaded``). Nothing is written unless
     the fit and its scores are valid (finite evaluations, one finite loss per example).
@@ -315,10 +463,21 @@ def fit_irreducible(path: str | Path, *, train: Callable[[int], Any], evaluate: 
         raise ValueError(f"higher_is_better must be True or False, got {higher_is_better!r}")
     if num_examples is not None:
         num_examples = checks.integer("num_examples", num_examples, 1)
+    if on_invalid not in ("refuse", "refit"):
+        raise ValueError(f"on_invalid must be 'refuse' or 'refit', got {on_invalid!r}")
     given = _checked_provenance(provenance)
     fit = {"fit.steps": steps, "fit.eval_every": eval_every, "fit.higher_is_better": higher_is_better}
+    found = None
     if path.exists():
-        found = IrreducibleModel.load(path)
+        try:
+            found = _load_model(path, num_examples)
+        except InvalidState as err:
+            if on_invalid == "refuse":
+                raise InvalidState(f"{err}; delete it, or pass on_invalid='refit', to fit the irreducible-loss "
+                                   f"model again") from None
+            warnings.warn(f"refitting the irreducible-loss model, as on_invalid='refit' asks: {err}", UserWarning,
+                          stacklevel=2)
+    if found is not None:
         saved = {**found.provenance, **found.fit}
         wanted = {**given, **fit}
         differing = {key: (saved.get(key, _MISSING), wanted.get(key, _MISSING))
@@ -326,9 +485,7 @@ def fit_irreducible(path: str | Path, *, train: Callable[[int], Any], evaluate: 
                      if _canonical(saved.get(key, _MISSING)) != _canonical(wanted.get(key, _MISSING))}
         if differing:
             raise ProvenanceMismatch(path, differing)
-        if num_examples is not None and len(found.losses) != num_examples:
-            raise ValueError(f"{path} holds {len(found.losses)} irreducible losses, expected num_examples = "
-                             f"{num_examples}")
+        _check_count(path, found.losses, num_examples)
         _warn_if_weaker(found, target)
         return found
     model = _fit(callables, steps, eval_every, higher_is_better, num_examples, given, fit)

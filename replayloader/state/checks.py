@@ -87,6 +87,16 @@ def array(state: Any, key: str, where: str, shape: tuple, kinds: str, dtype: Any
     return np.array(value, dtype=dtype, copy=True)
 
 
+def boolean(state: Any, key: str, where: str) -> bool:
+    """A True / False entry (numpy's 0-d booleans too; 0 and 1 are refused: a flag read as a number is a mixup)."""
+    value = field(state, key, where)
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidState(f"{where}[{key!r}] must be True or False, got {value!r}")
+    return bool(value)
+
+
 def first_bad(mask: np.ndarray) -> int:
     """Index of the first True in ``mask``, or -1."""
     bad = np.flatnonzero(mask)
@@ -96,6 +106,12 @@ def first_bad(mask: np.ndarray) -> int:
 def require(ok: bool, message: str) -> None:
     if not ok:
         raise InvalidState(message)
+
+
+def finite(values: np.ndarray, name: str) -> None:
+    """Every value finite (a loss may be negative, never NaN or infinite)."""
+    bad = first_bad(~np.isfinite(values))
+    require(bad < 0, f"{name}[{bad}] = {float(values[bad]) if bad >= 0 else None} must be finite")
 
 
 def finite_nonnegative(values: np.ndarray, name: str, allow_nan: bool = False) -> None:

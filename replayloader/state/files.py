@@ -102,8 +102,8 @@ def load_state(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise StateFileError(path, "no such file")
-    try:
-        with np.load(path, allow_pickle=False) as data:
+    try:  # the file opened here, not by np.load, which leaks its handle when the archive is unreadable
+        with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:
             arrays = {k: data[k] for k in data.files}
     except Exception as err:  # zipfile, numpy and OS errors all mean the same here: the archive is unreadable
         raise StateFileError(path, f"not a readable state archive (truncated or damaged?): {err}") from None

@@ -11,10 +11,15 @@ def run(after, capsys):
 
 
 def test_the_irreducible_loss_example_fits_once_loads_once_and_refuses_other_inputs(capsys):
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # its IL model beats its target: no warning
-        refused, fitted, amortized, _ = run("## A validated irreducible-loss model", capsys)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # its IL model beats its target: the only warning is the refit's
+        refused, damaged, refit, fitted, amortized, _ = run("## A validated irreducible-loss model", capsys)
+    assert [str(w.message).split(":")[0] for w in caught] == [
+        "refitting the irreducible-loss model, as on_invalid='refit' asks"]
     assert refused == "['label_noise_seed']"
+    assert damaged.startswith(".../il.npz: not a readable state archive (truncated or damaged?)")
+    assert damaged.endswith("; delete it, or pass on_invalid='refit', to fit the irreducible-loss model again")
+    assert refit == "False True"
     shape, best_step, quality, loaded = fitted.split(" ", 1)[0], *fitted.rsplit(" ", 3)[1:]
     assert shape == "(300,)" and 20 <= int(best_step) <= 200 and 0.6 <= float(quality) <= 1.0 and loaded == "True"
     assert amortized == "True"

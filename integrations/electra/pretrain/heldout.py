@@ -7,7 +7,10 @@ after ``--max-lines``) once, with one reference generator and a fixed seed, and 
 ``--heldout FILE`` then scores its discriminator on exactly those tokens every ``--heldout-every`` steps.
 
 The file is a safetensors archive (no pickle) whose metadata records how it was made and a digest of the
-tokenizer, so a run with another vocabulary is refused instead of scoring meaningless ids.
+tokenizer, so a run with another vocabulary is refused instead of scoring meaningless ids. It is written
+atomically (the library's `atomic_write`) with a sha256 of its tensors, checked on load: a truncated or damaged
+file is a `UserError` naming it, never a held-out score on corrupted tokens (issue 43; files written before the
+digest still load).
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, safe_open, save_file
+from safetensors.torch import load as load_tensors, save as save_tensors
+
+from replayloader.state.atomic import atomic_write_bytes
 
 from ..common import UserError, option
 from .corruption import SpecialIds, corrupt_batch
@@ -56,33 +61,58 @@ class HeldoutSet:
         return float((replaced & real).sum()) / float(real.sum())
 
     def save(self, path: str | Path) -> None:
+        """Write the file atomically (a kill leaves the old file or the new one) with a digest of its tensors."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        save_file({k: v.contiguous() for k, v in self.tensors.items()}, str(tmp),
-                  metadata={"format": str(HELDOUT_FORMAT), "info": json.dumps(self.info)})
-        tmp.rename(path)  # a held-out file is complete or absent
+        tensors = {k: v.contiguous() for k, v in self.tensors.items()}
+        metadata = {"format": str(HELDOUT_FORMAT), "info": json.dumps(self.info), "sha256": _tensors_digest(tensors)}
+        atomic_write_bytes(path, save_tensors(tensors, metadata=metadata))
 
     @classmethod
     def load(cls, path: str | Path, tokenizer: Any | None = None, device: torch.device | str = "cpu") -> HeldoutSet:
-        """Read a held-out file; with ``tokenizer``, refuse it unless it was made with that vocabulary."""
+        """Read a held-out file; with ``tokenizer``, refuse it unless it was made with that vocabulary. A file
+        that cannot be read whole, or whose tensors differ from their recorded digest, is a `UserError`."""
         if not Path(path).is_file():
             raise UserError(f"--heldout: no such file: {path}")
-        with safe_open(str(path), framework="pt") as archive:
-            metadata = archive.metadata() or {}
-        if metadata.get("format") != str(HELDOUT_FORMAT):
+        try:  # safetensors' own checks (header, offsets, sizes) catch a truncation; the digest catches flips
+            with open(path, "rb") as f:
+                data = f.read()
+            tensors = load_tensors(data)
+            metadata = _metadata(data)
+            info = json.loads(metadata["info"]) if metadata.get("format") == str(HELDOUT_FORMAT) else None
+        except Exception as err:  # noqa: BLE001 - safetensors, JSON, UTF-8 and OS errors: one meaning
+            raise UserError(f"--heldout: {path} is not a readable held-out set (truncated or damaged?): "
+                            f"{type(err).__name__}: {err}".replace("\n", " ")) from None
+        if not isinstance(info, dict):
             raise UserError(f"--heldout: {path} is not a held-out set of format {HELDOUT_FORMAT} "
                             f"(metadata {metadata.get('format')!r})")
-        info = json.loads(metadata["info"])
-        if tokenizer is not None and info["tokenizer_digest"] != tokenizer_digest(tokenizer):
-            raise UserError(f"--heldout: {path} was made with another tokenizer (digest {info['tokenizer_digest']}, "
+        if "sha256" in metadata and metadata["sha256"] != _tensors_digest(tensors):
+            raise UserError(f"--heldout: {path} is damaged: its tensors do not match their recorded sha256; build "
+                            f"it again with `heldout`")
+        if tokenizer is not None and info.get("tokenizer_digest") != tokenizer_digest(tokenizer):
+            raise UserError(f"--heldout: {path} was made with another tokenizer (digest {info.get('tokenizer_digest')}, "
                             f"this run's is {tokenizer_digest(tokenizer)}); build it with this run's corpus, "
                             "vocabulary and cache")
-        tensors = load_file(str(path))
         missing = [name for name in FIELDS if name not in tensors]
         if missing:
             raise UserError(f"--heldout: {path} lacks {', '.join(missing)}")
         return cls({name: tensors[name].to(device) for name in FIELDS}, info)
+
+
+def _tensors_digest(tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes (a flipped byte, a cut or a changed shape differ)."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file's header (its first 8 bytes give the header's length)."""
+    size = int.from_bytes(data[:8], "little")
+    return json.loads(data[8:8 + size].decode("utf-8")).get("__metadata__") or {}
 
 
 @torch.no_grad()
