@@ -13,14 +13,14 @@ their next group of completions can teach, from the rewards the rollouts already
   TRL's ``RepeatSampler``, identical on every DDP rank, with feedback gathered across ranks.
 """
 from .baselines import DynamicSampling, OnlineFilter
-from .groups import read_groups
+from .groups import read_completions, read_groups
 from .rules import Learnability, PriorityRule, RewardSpread, Uniform
 from .sampler import PromptBatch, PromptSampler
 
 __all__ = ["PromptSampler", "PromptBatch", "PriorityRule", "Learnability", "RewardSpread", "Uniform",
-           "DynamicSampling", "OnlineFilter", "read_groups"]
+           "DynamicSampling", "OnlineFilter", "read_groups", "read_completions", "GRPOPromptSampler"]
 
-_LAZY: dict[str, str] = {}
+_LAZY = {"GRPOPromptSampler": "torch"}
 
 
 def __getattr__(name: str):

@@ -23,22 +23,7 @@ def read_groups(prompt_indices: Any, rewards: Any, *, group_size: int | None, bi
     """``(indices (k,) int64, rewards (k, G) float64)`` from one feedback call, every value checked; else a
     ValueError naming the argument and the value. ``num_prompts``: N (None: any index >= 0); ``drawn``: which
     prompts the caller ever handed out (feedback for any other is refused: it cannot come from its batches)."""
-    indices = to_numpy(prompt_indices, "prompt_indices")
-    if indices.ndim != 1 or indices.size == 0 or indices.dtype.kind not in "iu":
-        raise ValueError(f"prompt_indices must be a non-empty 1-D integer array, got dtype {indices.dtype} "
-                         f"shape {indices.shape}")
-    indices = np.ascontiguousarray(indices, np.int64)
-    bad = np.flatnonzero((indices < 0) | (indices >= num_prompts if num_prompts is not None else False))
-    if len(bad):
-        bound = f"in [0, {num_prompts})" if num_prompts is not None else ">= 0"
-        raise ValueError(f"prompt_indices must lie {bound}; prompt_indices[{bad[0]}] = {indices[bad[0]]}")
-    never = np.flatnonzero(~drawn[indices]) if drawn is not None else ()
-    if len(never):
-        raise ValueError(f"prompt_indices[{never[0]}] = {indices[never[0]]} was never drawn by this sampler")
-    values = to_numpy(rewards, "rewards")
-    if values.dtype.kind not in "fiub":
-        raise ValueError(f"rewards must be numbers, got dtype {values.dtype}")
-    values = np.array(values, np.float64)  # a copy: the caller's array is never kept
+    indices, values = _read(prompt_indices, rewards, num_prompts, drawn)
     if values.ndim == 2:
         if values.shape[0] != len(indices):
             raise ValueError(f"rewards must have one row per prompt, shape ({len(indices)}, G) for "
@@ -61,6 +46,46 @@ def read_groups(prompt_indices: Any, rewards: Any, *, group_size: int | None, bi
             raise ValueError(f"rewards must be 0 or 1 for {rule_name or 'this rule'} (a pass rate); rewards"
                              f"[{bad[0]}] = {value!r} (use RewardSpread for graded rewards)")
     return indices, values
+
+
+def read_completions(prompt_indices: Any, rewards: Any, *, group_size: int, num_prompts: int,
+                     drawn: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """One rank's share of a generation batch as ``(indices, rewards)``, one entry per completion: what each rank
+    of a distributed sampler checks before the shares are gathered. A share may start or end inside a group (TRL
+    splits the generation batch by completions), so whole groups are checked only after the gather, by
+    `read_groups` on the concatenated shares. Rows of a (k, ``group_size``) reward array are flattened."""
+    indices, values = _read(prompt_indices, rewards, num_prompts, drawn)
+    if values.ndim == 2 and values.shape == (len(indices), group_size):
+        indices, values = np.repeat(indices, group_size), values.reshape(-1)
+    elif values.ndim == 2:
+        raise ValueError(f"rewards must have shape ({len(indices)}, {group_size}) (a row of group_size rewards "
+                         f"per prompt) or ({len(indices)},) (one per completion), got {values.shape}")
+    elif values.shape != indices.shape:
+        raise ValueError(f"rewards must have one value per completion, shape ({len(indices)},) for "
+                         f"{len(indices)} prompt_indices, got {values.shape}")
+    checks.all_finite("rewards", values)
+    return indices, values
+
+
+def _read(prompt_indices: Any, rewards: Any, num_prompts: int | None,
+          drawn: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The indices (1-D integers in range, each drawn) and the rewards (numbers, as a float64 copy)."""
+    indices = to_numpy(prompt_indices, "prompt_indices")
+    if indices.ndim != 1 or indices.size == 0 or indices.dtype.kind not in "iu":
+        raise ValueError(f"prompt_indices must be a non-empty 1-D integer array, got dtype {indices.dtype} "
+                         f"shape {indices.shape}")
+    indices = np.ascontiguousarray(indices, np.int64)
+    bad = np.flatnonzero((indices < 0) | (indices >= num_prompts if num_prompts is not None else False))
+    if len(bad):
+        bound = f"in [0, {num_prompts})" if num_prompts is not None else ">= 0"
+        raise ValueError(f"prompt_indices must lie {bound}; prompt_indices[{bad[0]}] = {indices[bad[0]]}")
+    never = np.flatnonzero(~drawn[indices]) if drawn is not None else ()
+    if len(never):
+        raise ValueError(f"prompt_indices[{never[0]}] = {indices[never[0]]} was never drawn by this sampler")
+    values = to_numpy(rewards, "rewards")
+    if values.dtype.kind not in "fiub":
+        raise ValueError(f"rewards must be numbers, got dtype {values.dtype}")
+    return indices, np.array(values, np.float64)  # a copy: the caller's array is never kept
 
 
 def _completion_level(indices: np.ndarray, values: np.ndarray, group_size: int | None) -> tuple[np.ndarray, np.ndarray]:
