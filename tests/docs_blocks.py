@@ -40,6 +40,10 @@ EXECUTED = {
     ("docs/mixing.md", "## Hugging Face Trainer"): "tests/mixing/test_docs_example.py",
     ("docs/mixing.md", "## Checkpoints"): "tests/mixing/test_docs_example.py",
     ("docs/mixing.md", "## Several GPUs (DDP)"): "tests/mixing/jobs.py",
+    ("docs/prompts.md", "## A plain loop"): "tests/prompts/test_docs.py",
+    ("docs/prompts.md", "## In a GRPO trainer's DataLoader"): "tests/prompts/test_docs.py",
+    ("docs/prompts.md", "## Checkpoints"): "tests/prompts/test_docs.py",
+    ("docs/prompts.md", "## Baselines"): "tests/prompts/test_docs.py",
 }
 
 
