@@ -47,3 +47,10 @@ def all_finite(name: str, values: np.ndarray) -> None:
     bad = np.flatnonzero(~np.isfinite(values))
     if len(bad):
         raise ValueError(f"{name} must be finite; {name}[{bad[0]}] = {float(values[bad[0]])}")
+
+
+def one_of(name: str, value: Any, allowed: tuple) -> Any:
+    """``value`` if it is one of ``allowed``; else a ValueError naming ``name``, the choices and the value."""
+    if not isinstance(value, str | int) or value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value

@@ -3,17 +3,20 @@
 - `MixtureSampler`: batches of dataset indices; each batch's per-source counts come from a rule's weights,
   and `feedback(indices, losses)` gives the rule each source's mean training loss (numpy only).
 - `MixtureBatch`: one drawn batch (indices, their sources, the weights used, step).
-- Rules (`MixingRule`): `FixedMixture` (``natural``, ``stratified``), `ODM` (EXP3 on training loss),
-  `ExcessLoss` (DoReMi-style multiplicative weights on loss above a reference).
+- Rules (`MixingRule`): `FixedMixture` (``natural``, ``stratified``), `ODM` (the authors' smoothed-mean rule),
+  `ODMExp3` (their EXP3 updater), `ExcessLoss` (DoReMi's multiplicative weights on loss above a reference),
+  `ADO` (per-source scaling-law fits, Jiang et al. 2025).
 - Torch (imported on first use): `MixtureBatchSampler` (a DataLoader ``batch_sampler``, DDP slices),
   `concat_sources` (K map-style datasets as one), `MixtureIterableDataset` (K streams);
   ``replayloader.mixing.hf.MixingTrainer`` (the Hugging Face Trainer, needs transformers).
 - ``python -m replayloader.mixing.plot LOG.jsonl -o weights.png``: the weight trajectory of a ``log_path`` file.
 """
-from .rules import ODM, ExcessLoss, FixedMixture, MixingRule
+from .ado import ADO
+from .rules import ODM, ExcessLoss, FixedMixture, MixingRule, ODMExp3, ReportsEstimates
 from .sampler import MixtureBatch, MixtureSampler, SourceMixer
 
-__all__ = ["MixtureSampler", "MixtureBatch", "MixingRule", "FixedMixture", "ODM", "ExcessLoss", "SourceMixer",
+__all__ = ["MixtureSampler", "MixtureBatch", "MixingRule", "FixedMixture", "ODM", "ODMExp3", "ExcessLoss", "ADO",
+           "ReportsEstimates", "SourceMixer",
            "MixtureBatchSampler", "MixtureIterableDataset", "concat_sources", "MixingTrainer"]
 
 _LAZY = {"MixtureBatchSampler": "torch", "MixtureIterableDataset": "torch", "concat_sources": "torch",

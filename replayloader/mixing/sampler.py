@@ -39,7 +39,7 @@ from ..kernels.rng import seed_state, uniforms
 from ..sampler.prioritized import PrioritizedSampler
 from ..state.atomic import sha256_bytes
 from ..state.checks import InvalidState, array, check_header, field, integer, require, rng_words
-from .rules import MixingRule
+from .rules import MixingRule, ReportsEstimates
 
 STATE_VERSION = 1
 WITHIN = ("uniform", "prioritized")
@@ -102,19 +102,20 @@ def per_source(sources: np.ndarray, losses: np.ndarray, num_sources: int) -> tup
     return means, counts
 
 
-def check_losses(losses: Any, shape: tuple, *, nonnegative: bool) -> np.ndarray:
-    """Per-example losses (numpy or torch) as float64 of ``shape``, every one finite (and >= 0 when they become
-    priorities); else a ValueError naming ``losses``."""
+def check_losses(losses: Any, shape: tuple) -> np.ndarray:
+    """Per-example training losses (numpy or torch) as float64 of ``shape``, every one finite and >= 0; else a
+    ValueError naming ``losses``. One rule whatever draws inside the sources: a training loss is never
+    negative, and a negative one would turn into a negative reward (or priority) without a word."""
     values = to_numpy(losses, "losses")
     if values.shape != shape:
         raise ValueError(f"losses must have shape {shape} to match indices, got {values.shape}")
     if values.dtype.kind not in "fiu":
         raise ValueError(f"losses must be numbers, got dtype {values.dtype}")
     values = np.ascontiguousarray(values, np.float64)
-    bad = np.flatnonzero(~np.isfinite(values) | ((values < 0) if nonnegative else False))
+    bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if len(bad):
-        need = "finite and >= 0 (they become priorities)" if nonnegative else "finite"
-        raise ValueError(f"losses must be {need}; losses[{bad[0]}] = {float(values[bad[0]])!r}")
+        raise ValueError(f"losses must be finite and >= 0 (training losses); losses[{bad[0]}] = "
+                         f"{float(values[bad[0]])!r}")
     return values
 
 
@@ -137,6 +138,8 @@ class SourceMixer:
                             f"got {type(rule).__name__}")
         rule.bind(k)
         self.rule = rule
+        # what the weights follow from, for stats and the log: chosen once here, never asked per step
+        self._estimates = rule.estimates if isinstance(rule, ReportsEstimates) else dict
         self.names = [str(i) for i in range(k)] if names is None else [str(n) for n in names]
         if len(self.names) != k or len(set(self.names)) != k:
             raise ValueError(f"names must be {k} distinct names (one per source), got {list(names or [])}")
@@ -156,7 +159,10 @@ class SourceMixer:
         """The source of each slot of the next batch, the weights they were drawn with, and the batch's step."""
         weights = self.probabilities()
         if self.log_path is not None and self.step % self.log_every == 0:
-            line = json.dumps({"step": self.step, "weights": dict(zip(self.names, weights.tolist()))})
+            record = {"step": self.step, "weights": dict(zip(self.names, weights.tolist()))}
+            record.update({key: dict(zip(self.names, np.asarray(values, np.float64).tolist()))
+                           for key, values in self.estimates().items()})
+            line = json.dumps(record)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "a") as f:
                 f.write(line + "\n")
@@ -175,14 +181,20 @@ class SourceMixer:
         self.loss_sums += np.bincount(sources, weights=values, minlength=self.num_sources)
         self.feedback_calls += 1
 
+    def estimates(self) -> dict[str, np.ndarray]:
+        """The rule's per-source estimates (`ReportsEstimates`; e.g. ODM's ``reward`` and ``exploration``), or
+        nothing for a rule that offers none."""
+        return {key: np.asarray(values, np.float64) for key, values in self._estimates().items()}
+
     def stats(self) -> dict[str, Any]:
         """The current weights, examples drawn and fed back per source, the mean feedback loss per source (NaN
-        where none yet), the source names, the step and the number of feedback calls."""
+        where none yet), the source names, the step, the number of feedback calls, and under ``estimates`` the
+        rule's per-source estimates (empty for a rule without them)."""
         fed = self.counts["fed_back"]
         mean = np.divide(self.loss_sums, fed, out=np.full(self.num_sources, np.nan), where=fed > 0)
         return {"step": self.step, "feedback_calls": self.feedback_calls, "names": list(self.names),
                 "weights": self.probabilities(), "drawn": self.counts["drawn"].copy(), "fed_back": fed.copy(),
-                "mean_loss": mean}
+                "mean_loss": mean, "estimates": self.estimates()}
 
     def config(self) -> dict:
         return {"num_sources": self.num_sources, "batch_size": self.batch_size, "seed": self.seed,
@@ -286,8 +298,7 @@ class MixtureSampler:
         if len(empty):
             raise ValueError(f"source {empty[0]} is empty (sizes: {sizes.tolist()}); every source needs at least "
                              f"one example")
-        if within not in WITHIN:
-            raise ValueError(f"within must be one of {WITHIN}, got {within!r}")
+        checks.one_of("within", within, WITHIN)
         if within == "uniform" and prioritized:
             raise ValueError("prioritized= options need within='prioritized'")
         k = len(sizes)
@@ -380,15 +391,15 @@ class MixtureSampler:
         never = np.flatnonzero(~self.drawn[idx])
         if len(never):
             raise ValueError(f"indices[{never[0]}] = {idx[never[0]]} was never drawn by this sampler")
-        return idx, check_losses(losses, idx.shape, nonnegative=self.within == "prioritized")
+        return idx, check_losses(losses, idx.shape)
 
     def feedback(self, indices: Any, losses: Any) -> None:
         """Per-example training losses for indices this sampler drew (numpy or torch, any device; a
         `MixtureBatch` is taken for its indices). The rule gets one step: per source, the mean loss and count;
         with ``within="prioritized"`` each source's `PrioritizedSampler` gets its examples' losses (``loss=``).
 
-        Raises a ValueError naming the argument (shape mismatch, a non-finite loss, an index out of range or never
-        drawn; with ``within="prioritized"`` also a negative loss), and then nothing has changed.
+        Raises a ValueError naming the argument (shape mismatch, a non-finite or negative loss, an index out of
+        range or never drawn), and then nothing has changed.
         """
         idx, values = self.check_feedback(indices, losses)
         sources = self.source_of[idx]

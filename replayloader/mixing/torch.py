@@ -264,7 +264,7 @@ class MixtureIterableDataset(IterableDataset):
         bad = np.flatnonzero((src < 0) | (src >= self.mixer.num_sources))
         if len(bad):
             raise ValueError(f"sources must lie in [0, {self.mixer.num_sources}); sources[{bad[0]}] = {src[bad[0]]}")
-        self.mixer.feedback_sources(src, check_losses(losses, src.shape, nonnegative=False))
+        self.mixer.feedback_sources(src, check_losses(losses, src.shape))
 
     def stats(self) -> dict[str, Any]:
         return {**self.mixer.stats(), "passes": self.passes.copy()}

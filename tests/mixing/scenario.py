@@ -18,7 +18,7 @@ TOTAL, SAVE_AT = 24, 7
 
 
 def make(seed: int = 3) -> MixtureSampler:
-    return MixtureSampler(SIZES, batch_size=BATCH, rule=ODM(smoothing=0.5), seed=seed, within="prioritized",
+    return MixtureSampler(SIZES, batch_size=BATCH, rule=ODM(warmup_steps=0), seed=seed, within="prioritized",
                           prioritized={"uniform_fraction": 0.1}, names=["a", "b", "c"])
 
 

@@ -29,7 +29,7 @@ def make_trainer(out, seen, **args):
                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
     model = transformers.BertForSequenceClassification(config)
-    sampler = MixtureSampler.from_labels(np.repeat([0, 1, 2], 16), batch_size=BATCH, rule=ODM(smoothing=0.5),
+    sampler = MixtureSampler.from_labels(np.repeat([0, 1, 2], 16), batch_size=BATCH, rule=ODM(warmup_steps=0),
                                          seed=0, names=["easy", "also easy", "noise"])
     options = {"output_dir": str(out), "max_steps": 10, "learning_rate": 1e-2, "save_strategy": "steps",
                "save_steps": 4, "report_to": [], "use_cpu": True, "disable_tqdm": True, "logging_strategy": "no",

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_log(path):
-    sampler = MixtureSampler([10, 20, 30], batch_size=6, rule=ODM(), seed=0, names=["web", "code", "books"],
+    sampler = MixtureSampler([10, 20, 30], batch_size=6, rule=ODM(warmup_steps=0), seed=0, names=["web", "code", "books"],
                              log_path=path, log_every=2)
     for _ in range(40):
         batch = sampler.draw()
@@ -57,13 +57,13 @@ def test_the_plot_command_says_what_is_wrong(tmp_path):
 
 def test_a_resumed_run_logs_its_steps_again_and_the_reader_keeps_the_last(tmp_path):
     log = tmp_path / "w.jsonl"
-    first = MixtureSampler([10, 20], batch_size=4, rule=ODM(), seed=0, log_path=log)
+    first = MixtureSampler([10, 20], batch_size=4, rule=ODM(warmup_steps=0), seed=0, log_path=log)
     for _ in range(5):
         first.draw()
     state = first.state_dict()
     for _ in range(3):  # steps 5, 6, 7: logged, then lost with the process
         first.draw()
-    resumed = MixtureSampler([10, 20], batch_size=4, rule=ODM(), seed=0, log_path=log)
+    resumed = MixtureSampler([10, 20], batch_size=4, rule=ODM(warmup_steps=0), seed=0, log_path=log)
     resumed.load_state_dict(state)
     for _ in range(5):
         batch = resumed.draw()

@@ -132,7 +132,7 @@ def test_bad_feedback_raises_by_name_and_changes_nothing(within, indices, losses
     assert_state_equal(sampler.state_dict(), before)
 
 
-def test_feedback_for_an_index_never_drawn_and_negative_priorities_are_refused():
+def test_feedback_for_an_index_never_drawn_and_negative_losses_are_refused():
     sampler = MixtureSampler([20, 30], batch_size=4, rule=ODM(), seed=0, within="prioritized")
     batch = sampler.draw()
     never = next(i for i in range(50) if i not in batch.indices)
@@ -142,9 +142,12 @@ def test_feedback_for_an_index_never_drawn_and_negative_priorities_are_refused()
     with pytest.raises(ValueError, match="finite and >= 0"):
         sampler.feedback(batch.indices, -np.ones(4))
     assert_state_equal(sampler.state_dict(), before)
-    uniform = MixtureSampler([20, 30], batch_size=4, rule=ODM(), seed=0)
+    uniform = MixtureSampler([20, 30], batch_size=4, rule=ODM(warmup_steps=0), seed=0)
     b = uniform.draw()
-    uniform.feedback(b, -np.ones(4))  # a loss may be negative when it only feeds the rule
+    before = uniform.state_dict()
+    with pytest.raises(ValueError, match=r"losses must be finite and >= 0 \(training losses\); losses\[0\] = -1.0"):
+        uniform.feedback(b, -np.ones(4))  # one rule for both within modes: a training loss is never negative
+    assert_state_equal(uniform.state_dict(), before)
 
 
 def test_feedback_gives_the_rule_each_sources_mean_loss_and_count():
@@ -312,7 +315,7 @@ def test_a_users_rule_drives_the_mixture_and_bad_weights_are_refused_before_a_dr
     sampler = MixtureSampler([10, 10, 10], batch_size=20, rule=Greedy(), seed=0)
     batch = sampler.draw()  # nothing fed back yet: all weight on source 0
     assert np.bincount(batch.sources, minlength=3)[0] >= 15
-    sampler.feedback(batch, np.where(batch.sources == 0, -1.0, 2.0))  # source 0 now has the lowest last loss
+    sampler.feedback(batch, np.where(batch.sources == 0, 0.0, 2.0))  # source 0 now has the lowest last loss
     assert np.argmax(np.bincount(sampler.draw().sources, minlength=3)) != 0
     bad = MixtureSampler([10, 10], batch_size=4, rule=Greedy(bad=True), seed=0)
     before = bad.state_dict()
