@@ -3,7 +3,6 @@ draw distribution, property-tested with hypothesis; exact resume; retests, retir
 from __future__ import annotations
 
 import copy
-import time
 
 import numpy as np
 import pytest
@@ -216,17 +215,17 @@ def test_bucket_priors_are_running_means_of_group_signals_not_of_pass_rates():
     np.testing.assert_allclose(sampler.prior_values(), [0.0, 0.5])
 
 
-def test_draws_stay_logarithmic_at_a_million_prompts():
+def test_a_million_prompts_draw_distinct_batches_and_take_their_feedback():
+    """At 10^6 prompts a draw and its feedback work as at any size (their speed is in bench/bench_prompts.py, not
+    in a timed test)."""
     n = 1_000_000
     sampler = PromptSampler(n, 256, group_size=8, labels=np.arange(n) % 5, stale_after=50, retest_every=4, seed=0)
     rng = np.random.default_rng(0)
-    sampler.next_batch()
-    start = time.perf_counter()
-    for _ in range(10):
+    for _ in range(3):
         batch = sampler.next_batch()
+        assert len(np.unique(batch.indices)) == 256 and batch.indices.max() < n
         sampler.feedback(batch.indices, rewards=(rng.random((256, 8)) < 0.5).astype(float))
-    per_step = (time.perf_counter() - start) / 10
-    assert per_step < 0.25, per_step  # ~15 ms here: a draw touches O(log N) nodes, never all N
+    assert sampler.stats()["feedback_calls"] == 3
 
 
 def test_the_docstring_examples_run():
