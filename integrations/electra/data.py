@@ -1,15 +1,16 @@
-"""Corpus -> WordPiece tokenizer -> packed [CLS] ... [SEP] examples, cached on disk as memory-mapped Arrow.
+r"""Corpus -> WordPiece tokenizer -> packed [CLS] ... [SEP] examples, cached on disk as memory-mapped numpy arrays.
 
-Every corpus goes through one code path, `datasets.load_dataset`: a hub name (``hub:wikitext`` with a config),
-or local text files through the ``"text"`` builder. Inputs that are not plain text files are first written out
-as plain text in the cache (NLTK-style ``.zip`` archives), so they take the same path.
-``.gz`` text is read by `datasets` directly.
+Local text needs no `datasets`: text files (``.txt``, ``.gz``, ``.tokens``, ``.raw``; NLTK-style ``.zip``
+archives are first written out as plain text in the cache) and the embedded corpora are read line by line by
+`read_text_lines`, with the line rules of `datasets`' ``"text"`` builder (universal newlines, one line per
+``\n``), into a `table.Columns`. Only a hub corpus (``hub:wikitext`` with a config, when online) loads through
+`datasets.load_dataset`. Either way the lines are tokenised and packed here, in batches of 1000 lines, and the
+examples are saved as two ``.npy`` files (`PackedExamples`), so training reads them without `datasets` too.
 
 The embedded default corpus, ``python-docs``, is the documentation that CPython ships: the help topics of
 ``pydoc_data.topics`` plus the docstrings of the standard-library sources (PSF-licensed, ~2 MB of English prose with
-some code), frozen as a versioned snapshot in ``integrations/electra/corpus`` (read as ``.gz`` by `datasets`, its
-digest checked on every load) so that every machine trains on the same text. It needs no download and no
-``../shared``.
+some code), frozen as a versioned snapshot in ``integrations/electra/corpus`` (a ``.gz`` file, its digest checked
+on every load) so that every machine trains on the same text. It needs no download and no data directory.
 """
 from __future__ import annotations
 
@@ -33,10 +34,11 @@ import torch
 
 from .common import SPECIAL_TOKENS, UserError, load_tokenizer, train_wordpiece  # noqa: F401
 from .corpus import manifest, snapshot_file
+from .table import Columns
 
 EMBEDDED_CORPORA = tuple(manifest())  # python-docs, python-topics: the frozen snapshots
 TEXT_SUFFIXES = (".txt", ".txt.gz", ".gz", ".tokens", ".raw", ".zip")
-CACHE_FORMAT = 3  # bump when the cached example layout changes
+CACHE_FORMAT = 4  # bump when the cached example layout changes (4: numpy arrays instead of Arrow)
 LEAKY_FILES = ("squad-dev-articles",)
 
 
@@ -147,8 +149,8 @@ def text_files_for(spec: CorpusSpec, cache_dir: Path) -> list[str]:
 
 def check_text_file(path: str, chunk_bytes: int = 1 << 20) -> None:
     """`UserError` naming ``path`` unless it is UTF-8 text with at least one non-blank line (``.gz``: once
-    decompressed). Read once in chunks before `datasets` sees it, because its own error ("An error occurred
-    while generating the dataset") hides the file and the cause."""
+    decompressed). Read once in chunks before the lines are read, so that a bad file is named with the byte
+    offset of its first problem."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     offset, has_text = 0, False
     try:
@@ -173,40 +175,51 @@ def check_text_file(path: str, chunk_bytes: int = 1 << 20) -> None:
         raise UserError(f"corpus file {path} has no text: it is empty or holds only blank lines")
 
 
+def read_text_lines(files: list[str]) -> list[str]:
+    r"""Every line of the files, in order, without its line break: text mode's universal newlines (``\r\n`` and
+    ``\r`` read as ``\n``), split on ``\n`` alone, the lines `datasets`' ``"text"`` builder gives. ``.gz`` files
+    are decompressed. Blank lines are kept (`corpus_lines` drops them)."""
+    lines: list[str] = []
+    for path in files:
+        try:
+            with (gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz")
+                  else open(path, encoding="utf-8")) as stream:
+                lines.extend(line[:-1] if line.endswith("\n") else line for line in stream)
+        except (OSError, EOFError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read corpus file {path}: {exc}") from None
+    return lines
+
+
 def load_text_dataset(spec: CorpusSpec, cache_dir: Path):
-    """The corpus as a `datasets.Dataset` with one string column ``text`` (one code path: load_dataset)."""
+    """The corpus as a table with one string column ``text``: a `Columns` read by `read_text_lines` for local
+    and embedded text (no `datasets`), a `datasets.Dataset` for a hub corpus."""
+    if spec.kind != "hub":
+        return Columns({"text": read_text_lines(text_files_for(spec, cache_dir))})
     import datasets
 
     datasets.disable_progress_bars()
-    hf_cache = str(cache_dir / "hf_datasets")
-    if spec.kind == "hub":
-        try:
-            ds = datasets.load_dataset(spec.name, spec.config, split="train", cache_dir=hf_cache)
-        except Exception as exc:  # the hub raises many types; the user needs one line
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise UserError(f"cannot load hub dataset {spec.name!r}"
-                              f"{' config ' + repr(spec.config) if spec.config else ''}: {msg}") from None
-        columns = [name for name, feature in ds.features.items() if getattr(feature, "dtype", None) == "string"]
-        if not columns:
-            raise UserError(f"hub dataset {spec.name!r} has no string column to pretrain on")
-        column = "text" if "text" in columns else columns[0]
-        ds = ds.select_columns([column])
-        return ds if column == "text" else ds.rename_column(column, "text")
-    files = text_files_for(spec, cache_dir)
     try:
-        return datasets.load_dataset("text", data_files={"train": files}, split="train", cache_dir=hf_cache)
-    except Exception as exc:  # datasets wraps the cause ("An error occurred while generating the dataset")
-        cause = exc
-        while cause.__cause__ is not None or cause.__context__ is not None:
-            cause = cause.__cause__ or cause.__context__
-        raise UserError(f"cannot read corpus files ({', '.join(files[:3])}...): {exc}"
-                        + ("" if cause is exc else f" (cause: {type(cause).__name__}: {cause})")) from None
+        ds = datasets.load_dataset(spec.name, spec.config, split="train", cache_dir=str(cache_dir / "hf_datasets"))
+    except Exception as exc:  # the hub raises many types; the user needs one line
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UserError(f"cannot load hub dataset {spec.name!r}"
+                        f"{' config ' + repr(spec.config) if spec.config else ''}: {msg}") from None
+    columns = [name for name, feature in ds.features.items() if getattr(feature, "dtype", None) == "string"]
+    if not columns:
+        raise UserError(f"hub dataset {spec.name!r} has no string column to pretrain on")
+    column = "text" if "text" in columns else columns[0]
+    ds = ds.select_columns([column])
+    return ds if column == "text" else ds.rename_column(column, "text")
 
 
 def corpus_lines(spec: CorpusSpec, cache_dir: Path, start: int = 0, stop: int | None = None):
-    """The corpus's non-blank lines ``start:stop`` as a ``text`` dataset: what ``--max-lines N`` trains on is
+    """The corpus's non-blank lines ``start:stop`` as a ``text`` table: what ``--max-lines N`` trains on is
     ``stop=N``, and ``start=N`` is the text such a run never saw (the held-out set's source)."""
     text = load_text_dataset(spec, cache_dir)
+    if isinstance(text, Columns):
+        lines = [t for t in text["text"] if t and t.strip()]
+        stop = len(lines) if stop is None else min(stop, len(lines))
+        return Columns({"text": lines[min(start, stop):stop]})
     text = text.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
     stop = len(text) if stop is None else min(stop, len(text))
     return text if (start, stop) == (0, len(text)) else text.select(range(min(start, stop), stop))
@@ -233,11 +246,48 @@ def pack_token_stream(token_lists: list[list[int]], max_len: int, cls_id: int, s
     return examples, lengths
 
 
+class PackedExamples:
+    """The packed examples of one cache entry, memory-mapped: ``input_ids`` (n, max_len) and ``length`` (n,), saved
+    as ``input_ids.npy`` and ``length.npy``. ``examples[rows]`` is a dict of both for those rows (an int, a slice or
+    an index array), ``examples["input_ids"]`` a whole column."""
+
+    FILES = ("input_ids", "length")
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory)
+        try:
+            self.columns = {name: np.load(self.directory / f"{name}.npy", mmap_mode="r") for name in self.FILES}
+        except (OSError, ValueError) as exc:
+            raise UserError(f"the example cache {self.directory} is damaged ({exc}); delete it to rebuild") from None
+        if len(self.columns["input_ids"]) != len(self.columns["length"]):
+            raise UserError(f"the example cache {self.directory} is damaged (input_ids and length differ in "
+                            "length); delete it to rebuild")
+
+    @staticmethod
+    def save(directory: str | os.PathLike, input_ids: np.ndarray, length: np.ndarray) -> None:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        np.save(directory / "input_ids.npy", input_ids)
+        np.save(directory / "length.npy", length)
+
+    @property
+    def files(self) -> list[Path]:
+        return [self.directory / f"{name}.npy" for name in self.FILES]
+
+    def __len__(self) -> int:
+        return len(self.columns["length"])
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self.columns[key]
+        return {name: column[key] for name, column in self.columns.items()}
+
+
 @dataclass
 class PretrainingData:
-    """Packed examples (memory-mapped Arrow: ``input_ids`` (n, max_len), ``length``) and their tokenizer."""
+    """Packed examples (`PackedExamples`, memory-mapped: ``input_ids`` (n, max_len), ``length``) and their tokenizer."""
 
-    examples: Any  # datasets.Dataset in numpy format
+    examples: PackedExamples
     tokenizer: Any
     tokenizer_dir: str
     cache_dir: str
@@ -254,10 +304,8 @@ class PretrainingData:
 
 def prepare_pretraining_data(corpus: str, cache_dir: str | os.PathLike, vocab_size: int, max_len: int,
                              corpus_config: str | None = None, tokenizer_path: str | None = None,
-                             max_lines: int | None = None, num_proc: int | None = None) -> PretrainingData:
+                             max_lines: int | None = None) -> PretrainingData:
     """Build (or reuse from the cache) the tokenizer and the packed examples for a corpus."""
-    import datasets
-
     if max_len < 8:
         raise UserError(f"max_len must be at least 8, got {max_len}")
     started = time.perf_counter()
@@ -280,38 +328,35 @@ def prepare_pretraining_data(corpus: str, cache_dir: str | os.PathLike, vocab_si
         tmp = entry.with_name(entry.name + f".tmp{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tokenizer.save_pretrained(str(tmp / "tokenizer"))
-        examples = _tokenize_and_pack(text, tokenizer, max_len, num_proc)
-        if len(examples) == 0:
+        input_ids, lengths = _tokenize_and_pack(text, tokenizer, max_len)
+        if len(lengths) == 0:
             raise UserError(f"corpus {corpus!r} is too small to make a single example of {max_len} tokens")
-        examples.save_to_disk(str(tmp / "examples"))
+        PackedExamples.save(tmp / "examples", input_ids, lengths)
         (tmp / "source.json").write_text(json.dumps(key_source, indent=1))
         if entry.exists():  # another process won the race; keep its copy
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.rename(entry)
     tokenizer = load_tokenizer(str(tokenizer_dir), need_mask=True)
-    examples = datasets.load_from_disk(str(examples_dir)).with_format("numpy")  # memory-mapped
-    return PretrainingData(examples, tokenizer, str(tokenizer_dir), str(entry), max_len,
+    return PretrainingData(PackedExamples(examples_dir), tokenizer, str(tokenizer_dir), str(entry), max_len,
                            time.perf_counter() - started)
 
 
-def _tokenize_and_pack(text, tokenizer, max_len: int, num_proc: int | None):
-    """Tokenise lines in batches of 1000 (the fast tokenizer's batch path) and pack each batch into examples."""
-    import datasets
-
+def _tokenize_and_pack(text, tokenizer, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Tokenise lines in batches of 1000 (the fast tokenizer's batch path) and pack each batch into examples:
+    (input_ids (n, max_len), length (n,)), int16 where the vocabulary and length fit, else int32."""
     cls_id, sep_id, pad_id = tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id
-    id_type = "int16" if len(tokenizer) < 2 ** 15 else "int32"
-    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value(id_type), length=max_len),
-                                  "length": datasets.Value("int16" if max_len < 2 ** 15 else "int32")})
-
-    def pack(batch: dict) -> dict:
-        encodings = tokenizer.backend_tokenizer.encode_batch(batch["text"], add_special_tokens=False)
-        ids = [e.ids for e in encodings]
-        examples, lengths = pack_token_stream(ids, max_len, cls_id, sep_id, pad_id, min_tail=max_len // 4)
-        return {"input_ids": examples, "length": lengths}
-
-    return text.map(pack, batched=True, batch_size=1000, remove_columns=text.column_names, features=features,
-                    num_proc=num_proc, desc="packing")
+    id_type = np.int16 if len(tokenizer) < 2 ** 15 else np.int32
+    length_type = np.int16 if max_len < 2 ** 15 else np.int32
+    ids_parts, length_parts = [np.zeros((0, max_len), id_type)], [np.zeros(0, length_type)]
+    for start in range(0, len(text), 1000):
+        encodings = tokenizer.backend_tokenizer.encode_batch(text[start:start + 1000]["text"], add_special_tokens=False)
+        examples, lengths = pack_token_stream([e.ids for e in encodings], max_len, cls_id, sep_id, pad_id,
+                                              min_tail=max_len // 4)
+        if examples:
+            ids_parts.append(np.asarray(examples, dtype=id_type))
+            length_parts.append(np.asarray(lengths, dtype=length_type))
+    return np.concatenate(ids_parts), np.concatenate(length_parts)
 
 
 def _dir_digest(path: str) -> str:

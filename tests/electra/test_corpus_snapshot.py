@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("datasets")
-
 from replayloader_electra import corpus  # noqa: E402
 from replayloader_electra.common import UserError  # noqa: E402
 from replayloader_electra.data import corpus_lines, resolve_corpus  # noqa: E402

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("datasets")
-pytest.importorskip("tokenizers")
+pytest.importorskip("tokenizers")  # local corpora need no `datasets` (only a hub corpus does)
 
 from replayloader_electra.common import UserError  # noqa: E402
-from replayloader_electra.data import (BatchStream, pack_token_stream,  # noqa: E402
-                                       prepare_pretraining_data, resolve_corpus, text_files_for)
+from replayloader_electra.data import (BatchStream, PackedExamples, pack_token_stream,  # noqa: E402
+                                       prepare_pretraining_data, read_text_lines, resolve_corpus,
+                                       text_files_for)
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
@@ -52,7 +52,9 @@ def test_embedded_topics_corpus_builds_cached_memory_mapped_examples(tmp_path):
     assert ids.shape == (5, 64) and (ids[:, 0] == tok.cls_token_id).all()
     lengths = np.asarray(data.examples[:5]["length"])
     assert all(ids[i, n - 1] == tok.sep_token_id for i, n in enumerate(lengths))
-    assert data.examples.cache_files  # Arrow files on disk, memory-mapped
+    assert isinstance(data.examples["input_ids"], np.memmap)  # .npy files on disk, memory-mapped
+    assert all(f.is_file() for f in data.examples.files)
+    assert data.examples["input_ids"].dtype == np.int16 and len(data.examples["length"]) == len(data)
     again = prepare_pretraining_data("python-topics", tmp_path, vocab_size=500, max_len=64, max_lines=300)
     assert again.cache_dir == data.cache_dir and len(again) == len(data)
 
@@ -107,3 +109,31 @@ def test_trained_tokenizer_is_reproducible_and_keeps_special_ids():
     first, second = train_wordpiece([texts], 300), train_wordpiece([texts], 300)
     assert first.get_vocab() == second.get_vocab()
     assert [first.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+
+
+def test_local_text_is_read_as_the_datasets_text_builder_reads_it(tmp_path):
+    """Universal newlines (\r\n and a lone \r end a line), only \n splits (not \u2028 or \x0c), no final
+    newline needed, .gz decompressed: the lines `datasets.load_dataset("text")` gives, without `datasets`."""
+    plain, packed = tmp_path / "a.txt", tmp_path / "b.txt.gz"
+    plain.write_bytes("one\r\ntwo\rthree\u2028still three\x0cand\n\n  \nlast".encode())
+    with gzip.open(packed, "wb") as f:
+        f.write("gz line\r\n\nend\n".encode())
+    lines = read_text_lines([str(plain), str(packed)])
+    assert lines == ["one", "two", "three\u2028still three\x0cand", "", "  ", "last", "gz line", "", "end"]
+    datasets = pytest.importorskip("datasets")
+    loaded = datasets.load_dataset("text", data_files={"train": [str(plain), str(packed)]}, split="train",
+                                   cache_dir=str(tmp_path / "hf"))
+    assert list(loaded["text"]) == lines
+
+
+def test_training_needs_no_datasets_for_local_text(tmp_path, monkeypatch):
+    """A local corpus is read, packed, cached and reloaded with `datasets` unimportable."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` now raises ImportError
+    (tmp_path / "corpus.txt").write_text("\n".join(f"line {i} of some text to pack" for i in range(300)))
+    data = prepare_pretraining_data(str(tmp_path / "corpus.txt"), tmp_path / "cache", vocab_size=120, max_len=16)
+    again = PackedExamples(data.examples.directory)
+    assert len(again) == len(data) > 10 and (again[:3]["input_ids"] == data.examples[:3]["input_ids"]).all()
+    stream = BatchStream(data.examples, batch_size=4, seed=0, pad_id=data.tokenizer.pad_token_id)
+    assert next(stream)["input_ids"].shape == (4, 16)
