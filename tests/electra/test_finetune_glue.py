@@ -385,3 +385,17 @@ def test_prioritized_sampling_flag_trains_through_the_sampler(tmp_path, syntheti
     (row,) = rows
     assert row["sampling"] == "prioritized" and row["train_steps"] == 25 * 6
     assert row["accuracy"] > 0.9  # on the training examples, as for uniform sampling above
+
+
+def test_local_glue_files_need_no_datasets(tmp_path, monkeypatch):
+    """Local TSVs are read into plain columns: GLUE from a local directory works with `datasets` unimportable."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` now raises ImportError
+    write_tsv(tmp_path / "STS-B" / "train.tsv", ["index", "genre", "filename", "year", "old_index", "source1",
+                                                 "source2", "sentence1", "sentence2", "score"],
+              [["0", "g", "f", "y", "0", "s", "s", "A man.", "A person.", "3.8"]])
+    train = load_glue_split(GLUE_TASKS["stsb"], "train", DataSource(local_dir=tmp_path))
+    assert train.column_names == ["sentence1", "sentence2", "label", "idx"]
+    assert train["label"] == [float(__import__("numpy").float32(3.8))] and train[0]["sentence2"] == "A person."
+    assert seeded_subset(train, 1, seed=0)["idx"] == [0]

@@ -2,10 +2,11 @@
 
 GLUE task registry and loaders: official TSV files from a local directory, or ``nyu-mll/glue``.
 
-Both paths yield a ``datasets.Dataset`` with the hub's column names and label ids, so everything
-downstream has one code path. Local TSVs are parsed without quote handling (sentences hold bare
-``"``), MRPC's BOM is stripped, CoLA's header-less files are read by position, and malformed lines
-(QQP train has a few) are skipped and counted.
+Both paths yield a `table.Columns` with the hub's column names and label ids, so everything downstream has
+one code path; local files need no `datasets` (the hub path loads through it and copies the columns out).
+Local TSVs are parsed without quote handling (sentences hold bare ``"``), MRPC's BOM is stripped, CoLA's
+header-less files are read by position, and malformed lines (QQP train has a few) are skipped and counted.
+STS-B scores are kept as float32 values, as the hub's ``float32`` column holds them.
 
 GLUE fine-tuning: the [CLS] final hidden vector and one new linear layer (regression for STS-B).
 
@@ -21,7 +22,6 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..common import set_seed, UserError
+from ..table import Columns
 from .sources import DataSource, load_hub_split
 from .tasks import GLUE_EIGHT, GLUE_TASKS, GlueTask, get_task  # noqa: F401  (the task table, re-exported)
 from .training import encode_texts, FinetuneConfig, pad_batch, predict, train, TrainStats
@@ -36,9 +37,6 @@ from .training import encode_texts, FinetuneConfig, pad_batch, predict, train, T
 
 # --------------------------------------------------------------------------------------------------
 # GLUE task registry and loaders: official TSV files from a local directory, or ``nyu-mll/glue``.
-if TYPE_CHECKING:  # datasets is imported lazily: building the CLI parser should stay cheap
-    import datasets
-
 GLUE_HUB_NAME = "nyu-mll/glue"
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -53,7 +51,7 @@ class TsvReadReport:
     problems: list[str] = field(default_factory=list)  # "line N: what is wrong", one per skipped line
 
 
-def read_glue_tsv(task: GlueTask, path: Path) -> tuple[datasets.Dataset, TsvReadReport]:
+def read_glue_tsv(task: GlueTask, path: Path) -> tuple[Columns, TsvReadReport]:
     """Parse one labelled official GLUE TSV file into the hub schema (texts, ``label``, ``idx``).
 
     A row is skipped when it has the wrong number of fields or an unknown label; that is how the
@@ -69,8 +67,6 @@ def read_glue_tsv(task: GlueTask, path: Path) -> tuple[datasets.Dataset, TsvRead
     columns["label"] = []
     columns["idx"] = []
     report = TsvReadReport()
-    import datasets
-
     # utf-8-sig strips MRPC's byte-order mark and is a no-op elsewhere.
     with open(path, encoding="utf-8-sig", newline="") as handle:
         rows = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
@@ -104,7 +100,8 @@ def read_glue_tsv(task: GlueTask, path: Path) -> tuple[datasets.Dataset, TsvRead
                 continue
             for column, position in zip(task.text_columns, text_positions):
                 columns[column].append(row[position])
-            columns["label"].append(_parse_label(task, row[label_position]))
+            label = _parse_label(task, row[label_position])
+            columns["label"].append(float(np.float32(label)) if task.is_regression else label)
             columns["idx"].append(report.kept)
             report.kept += 1
     if not report.kept:
@@ -117,10 +114,7 @@ def read_glue_tsv(task: GlueTask, path: Path) -> tuple[datasets.Dataset, TsvRead
             f"(first: {report.skipped_lines[:5]}; {report.problems[0]}); kept {report.kept}",
             stacklevel=2,
         )
-    features = {c: datasets.Value("string") for c in task.text_columns}
-    features["label"] = datasets.Value("float32") if task.is_regression else datasets.ClassLabel(names=list(task.label_names))
-    features["idx"] = datasets.Value("int32")
-    return datasets.Dataset.from_dict(columns, features=datasets.Features(features)), report
+    return Columns(columns), report
 
 
 def _row_problem(task: GlueTask, row: list[str], width: int | None, needed: int, label_position: int) -> str | None:
@@ -147,13 +141,13 @@ def _parse_label(task: GlueTask, raw: str) -> float | int | None:
     return task.local_label_map.get(raw)
 
 
-def load_glue_split(task: GlueTask, split: str, source: DataSource) -> datasets.Dataset:
+def load_glue_split(task: GlueTask, split: str, source: DataSource) -> Columns:
     """One labelled split ("train" or one of ``task.eval_splits``) from the given source."""
     if split != "train" and split not in task.eval_splits:
         raise UserError(f"GLUE task {task.name!r} has no split {split!r}")
     if source.local_dir is None:
         dataset = load_hub_split(source.hub_name, task.name, split)
-        return dataset.select_columns([*task.text_columns, "label", "idx"])
+        return Columns.from_dataset(dataset, [*task.text_columns, "label", "idx"])
     file_name = "train.tsv" if split == "train" else task.eval_splits[split][0]
     dataset, _ = read_glue_tsv(task, source.local_dir / task.local_dir / file_name)
     return dataset
@@ -169,7 +163,7 @@ def check_local_files(task: GlueTask, source: DataSource) -> None:
             read_glue_tsv(task, path)  # raises the descriptive UserError
 
 
-def seeded_subset(dataset: datasets.Dataset, max_examples: int | None, seed: int) -> datasets.Dataset:
+def seeded_subset(dataset, max_examples: int | None, seed: int):
     """A reproducible random subset of at most ``max_examples`` rows, kept in the original order."""
     if max_examples is None or max_examples >= len(dataset):
         return dataset

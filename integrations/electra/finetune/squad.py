@@ -25,9 +25,8 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import datasets
 import numpy as np
 import torch
 from torch import nn
@@ -38,6 +37,9 @@ from .glue import uses_token_types
 from .metrics import squad_v1_scores
 from .sources import DataSource, load_hub_split
 from .training import FinetuneConfig, pad_batch, predict, train, TrainStats
+
+if TYPE_CHECKING:  # imported where used: GLUE fine-tuning from local files needs no `datasets`
+    import datasets
 
 
 # --------------------------------------------------------------------------------------------------
@@ -79,6 +81,8 @@ def _open_json(path: Path) -> dict:
 
 def read_squad_json(paths: Sequence[Path]) -> datasets.Dataset:
     """Flatten SQuAD v1.1 JSON (articles -> paragraphs -> questions) into the hub's columns."""
+    import datasets
+
     rows: dict[str, list] = {"id": [], "title": [], "context": [], "question": [], "answers": []}
     for path in paths:
         for article in _open_json(path).get("data", []):
