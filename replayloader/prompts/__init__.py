@@ -11,6 +11,9 @@ their next group of completions can teach, from the rewards the rollouts already
   groups whose mean reward lies inside a band).
 - Torch (imported on first use): `GRPOPromptSampler`, a ``torch.utils.data.Sampler`` with the index layout of
   TRL's ``RepeatSampler``, identical on every DDP rank, with feedback gathered across ranks.
+- Trainers (imported on first use): `PrioritizedGRPOTrainer` (TRL's ``GRPOTrainer`` with that sampler, fed by
+  the rewards it computes; needs trl) and `VerlPromptSampler` (verl's curriculum-sampler contract,
+  ``data.sampler.class_path``).
 """
 from .baselines import DynamicSampling, OnlineFilter
 from .groups import read_completions, read_groups
@@ -18,9 +21,10 @@ from .rules import Learnability, PriorityRule, RewardSpread, Uniform
 from .sampler import PromptBatch, PromptSampler
 
 __all__ = ["PromptSampler", "PromptBatch", "PriorityRule", "Learnability", "RewardSpread", "Uniform",
-           "DynamicSampling", "OnlineFilter", "read_groups", "read_completions", "GRPOPromptSampler"]
+           "DynamicSampling", "OnlineFilter", "read_groups", "read_completions", "GRPOPromptSampler",
+           "PrioritizedGRPOTrainer", "VerlPromptSampler"]
 
-_LAZY = {"GRPOPromptSampler": "torch"}
+_LAZY = {"GRPOPromptSampler": "torch", "PrioritizedGRPOTrainer": "trl", "VerlPromptSampler": "verl"}
 
 
 def __getattr__(name: str):

@@ -205,10 +205,29 @@ class GRPOPromptSampler(Sampler[int]):
         return {"num_generations": self.num_generations, "repeat_count": self.repeat_count,
                 "num_batches": self.num_batches, "max_lag": self.max_lag}
 
-    def state_dict(self) -> dict:
-        """The prompt sampler's state and the position in the epoch and in the current chunk (mid-epoch too)."""
+    @property
+    def yielded(self) -> int:
+        """Indices handed out since this sampler was built (restored with its state): every chunk drawn is handed
+        out whole, except the current one, of which ``offset`` indices are."""
+        left = self.chunk_length - self.offset if self.batch is not None else 0
+        return self.counters["chunks_drawn"] * self.chunk_length - left
+
+    def state_dict(self, *, unconsumed: int = 0) -> dict:
+        """The prompt sampler's state and the position in the epoch and in the current chunk (mid-epoch too).
+
+        ``unconsumed``: the last indices handed out that the trainer never received (a DataLoader's read-ahead,
+        lost when the process stops): the state says they were not handed out yet, so a restored sampler hands
+        them out again, in the same chunk, without drawing it again. They must lie in the current chunk (at most
+        its ``offset``): a chunk before it is gone, and the records and generator stay as they are (the feedback
+        given since that chunk was drawn is kept, as in an uninterrupted run)."""
+        offset = self.offset if self.batch is not None else 0
+        unconsumed = checks.integer("unconsumed", unconsumed, 0, offset,
+                                    why="only indices of the current chunk can be handed out again")
+        offset -= unconsumed
+        batch = self.batch
         # a chunk whose last index was handed out is done, though its iterator has not yet been asked for more
-        batch, offset = (None, 0) if self.offset == self.chunk_length else (self.batch, self.offset)
+        if offset == self.chunk_length:
+            batch, offset = None, 0
         return {"version": STATE_VERSION, "config": self._config(), "prompts": self.prompts.state_dict(),
                 "epoch": self.epoch, "chunk": self.chunk, "offset": offset,
                 "batch_indices": np.zeros(0, np.int64) if batch is None else batch.indices.copy(),

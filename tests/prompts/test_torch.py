@@ -108,6 +108,40 @@ def test_a_checkpoint_inside_a_chunk_resumes_at_the_next_index():
     assert first + rest == whole
 
 
+@pytest.mark.parametrize("taken, unconsumed", [(47, 0), (47, 11), (47, 47 - 36), (36, 18), (54, 18), (54, 0)])
+def test_indices_read_ahead_are_handed_out_again_after_a_resume(taken, unconsumed):
+    # a trainer received `taken - unconsumed` indices; the DataLoader read the rest ahead and they died with it
+    make = lambda: GRPOPromptSampler(PromptSampler(30, 3, group_size=2, seed=4), num_generations=2,
+                                     repeat_count=3, max_lag=None)  # chunks of 18 indices
+    whole = list(itertools.islice(itertools.chain.from_iterable(itertools.repeat(make(), 3)), 120))
+    sampler = make()
+    order = iter(sampler)
+    assert [next(order) for _ in range(taken)] == whole[:taken] and sampler.yielded == taken
+    state = copy.deepcopy(sampler.state_dict(unconsumed=unconsumed))
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert resumed.yielded == taken - unconsumed
+    assert list(itertools.islice(itertools.chain(resumed, resumed), 120 - taken + unconsumed)) == whole[
+        taken - unconsumed:]
+    assert resumed.stats()["chunks_drawn"] == 120 // 18 + 1  # the chunk read ahead was not drawn again
+
+
+def test_read_ahead_before_the_current_chunk_cannot_be_handed_out_again():
+    sampler = GRPOPromptSampler(PromptSampler(30, 3, group_size=2, seed=4), num_generations=2, repeat_count=3,
+                                max_lag=None)
+    order = iter(sampler)
+    for _ in range(20):  # 2 indices into the second chunk
+        next(order)
+    before = copy.deepcopy(sampler.state_dict())
+    with pytest.raises(ValueError, match=r"unconsumed must be an integer in \[0, 2\] \(only indices of the "
+                                         r"current chunk can be handed out again\), got 3"):
+        sampler.state_dict(unconsumed=3)
+    assert_state_equal(sampler.state_dict(), before)
+    assert GRPOPromptSampler(PromptSampler(30, 3, group_size=2), num_generations=2).state_dict(unconsumed=0)
+    with pytest.raises(ValueError, match=r"unconsumed must be an integer in \[0, 0\]"):
+        GRPOPromptSampler(PromptSampler(30, 3, group_size=2), num_generations=2).state_dict(unconsumed=1)
+
+
 def test_bad_feedback_through_the_torch_sampler_changes_nothing():
     sampler = sc.make()
     batch = next(sc.generation_batches(sampler))

@@ -1,0 +1,248 @@
+"""PrioritizedGRPOTrainer: TRL's ``GRPOTrainer`` drawing its prompts by learnability, fed by the rewards it computes.
+
+Optional module (needs trl: ``pip install replayloader[trl]``). Public hooks of the trainer only, no patching:
+
+- **The prompts.** ``train_dataset`` gets a column ``prompt_index`` (each row's position), and
+  `_get_train_sampler` returns a `GRPOPromptSampler` in TRL's ``RepeatSampler`` layout (chunks of
+  ``generation_batch_size // num_generations`` prompts, each ``num_generations`` times in a row, each chunk
+  ``num_iterations × steps_per_generation`` times), so generation, ``steps_per_generation`` and ``num_iterations``
+  work as with TRL's own sampler.
+- **The feedback.** `_calculate_rewards` runs the reward functions the user passed, unchanged (they see the extra
+  ``prompt_index`` keyword, which a reward function with ``**kwargs`` ignores), and returns TRL's table of
+  rewards, gathered from all processes. Why this hook: it is called once per generation batch (not once per
+  optimizer step, so ``num_iterations`` reuse and ``steps_per_generation`` slices feed nothing twice), it holds
+  the batch's inputs in generation order (the ``prompt_index`` column says which prompt each completion answers;
+  the advantages computed after it are shuffled and carry no index), and every process holds the whole table.
+  Each process passes its own slice, as `GRPOPromptSampler.feedback` takes it (a collective: the slices are
+  gathered and every process applies the same update). The reward fed back is the weighted sum TRL trains on
+  (``reward_weights``), or one function's with ``feedback_reward=`` (e.g. the correctness reward when a format
+  reward is added to it). Evaluation feeds nothing back.
+- **Logs.** Besides TRL's ``frac_reward_zero_std`` (its share of zero-variance groups), each generation logs
+  ``prompts/frac_zero_variance`` (the sampler's, over the rewards it was fed) and ``prompts/lag``; each log line adds
+  the sampler's counts (``prompts/measured``, ``prompts/judged``, ``prompts/retests``, ``prompts/retired``, ...).
+- **Checkpoints.** A callback writes the sampler's state into every checkpoint folder (``prompt_sampler.npz``, one
+  file for all processes) and `train(resume_from_checkpoint=...)` restores it, so the resumed run draws the prompt
+  stream the uninterrupted one would have (``args.ignore_data_skip`` is set: the sampler resumes its own position,
+  and skipping batches would draw them again). The DataLoader reads one generation batch ahead of training, which
+  a stopped process loses: the saved state hands those indices out again (`GRPOPromptSampler.state_dict`'s
+  ``unconsumed``). With ``num_iterations > 1``, save at generation boundaries (``save_steps`` a multiple of
+  ``num_iterations``): TRL itself regenerates a batch it was reusing when it resumes mid-cycle.
+
+Bad input at this level: a reward function that returns None, NaN or inf for a completion (the sampler needs every
+completion's reward), rewards outside {0, 1} for `Learnability`, a sampler that does not fit the trainer's
+batch, a dataset without rows or with a ``prompt_index`` column of its own: each raises a ValueError naming the
+argument, before the sampler changes.
+"""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from trl import GRPOTrainer
+
+from .. import _checks as checks
+from ..distributed.state_files import load_shared_state, save_shared_state
+from .sampler import PromptSampler
+from .torch import GRPOPromptSampler
+
+INDEX = "prompt_index"  # the column every training row gets: its position in train_dataset
+STATE_FILE = "prompt_sampler.npz"  # the sampler's file in a checkpoint folder
+_LOGGED = ("measured", "judged", "active", "retired", "retests", "exploration_draws", "groups", "max_lag_seen")
+
+
+class _SavePromptSampler(TrainerCallback):
+    """Write the sampler's state into each checkpoint folder (a collective under DDP: rank 0 writes)."""
+
+    def __init__(self, trainer: PrioritizedGRPOTrainer) -> None:
+        self.trainer = trainer
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        save_shared_state(self.trainer.sampler_state(), folder / STATE_FILE)
+
+
+def _with_index(dataset: Any) -> Any:
+    """``dataset`` (a `datasets.Dataset`) with the column ``prompt_index`` = each row's position."""
+    from datasets import Dataset
+
+    if not isinstance(dataset, Dataset):
+        raise TypeError(f"train_dataset must be a datasets.Dataset (a prompt sampler draws rows by index; an "
+                        f"IterableDataset has none), got {type(dataset).__name__}")
+    if len(dataset) == 0:
+        raise ValueError("train_dataset has no rows: there are no prompts to draw")
+    if INDEX in dataset.column_names:
+        raise ValueError(f"train_dataset already has a column {INDEX!r}, which PrioritizedGRPOTrainer adds (each "
+                         f"row's position, the prompt index fed back to the sampler); rename it")
+    return dataset.add_column(INDEX, np.arange(len(dataset), dtype=np.int64))
+
+
+class PrioritizedGRPOTrainer(GRPOTrainer):
+    """TRL's ``GRPOTrainer`` whose prompts come from a `PromptSampler`, fed by each generation batch's rewards.
+
+    Why: a prompt whose ``num_generations`` completions all get the same reward gives zero advantage, yet its
+    rollouts cost the most; the rewards already say which prompts are partly solved (see the module doc).
+
+    Args (keyword-only, besides ``GRPOTrainer``'s, which are unchanged):
+        prompt_sampler: a `PromptSampler` over ``train_dataset`` with ``batch_size`` =
+            ``generation_batch_size // num_generations`` and ``group_size`` = ``num_generations`` (default: the
+            `Learnability` sampler with the trainer's seed). Under several processes build the same on each.
+        feedback_reward: which reward feeds the sampler: None (default) for the weighted sum TRL trains on, or a
+            reward function's name (as TRL logs it under ``rewards/<name>``) or position in ``reward_funcs``.
+        max_lag: `GRPOPromptSampler`'s bound on generation batches drawn ahead of their feedback (TRL's defaults
+            draw one ahead).
+
+    ``trainer.prompt_sampler`` is the `GRPOPromptSampler` (``.prompts`` the `PromptSampler`, for
+    ``pass_rates()`` and ``stats()``).
+
+    Example (a 2-layer GPT-2 learning to answer ``"1"``; `examples/grpo_prompts.py` is a full run):
+        >>> import tempfile
+        >>> from datasets import Dataset
+        >>> from tokenizers import Tokenizer, models, pre_tokenizers
+        >>> from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+        >>> from trl import GRPOConfig
+        >>> vocab = {"<pad>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate("0123456789+=")}}
+        >>> raw = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+        >>> raw.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+        >>> tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<eos>")
+        >>> model = GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_positions=16, n_embd=16, n_layer=2,
+        ...                                    n_head=2, bos_token_id=1, eos_token_id=1, pad_token_id=0))
+        >>> def starts_with_one(completions, **kwargs):
+        ...     return [float(c.startswith("1")) for c in completions]
+        >>> args = GRPOConfig(tempfile.mkdtemp(), per_device_train_batch_size=8, num_generations=4,
+        ...                   max_completion_length=3, max_steps=2, use_cpu=True, report_to="none",
+        ...                   save_strategy="no", logging_strategy="no", disable_tqdm=True)
+        >>> prompts = Dataset.from_dict({"prompt": [f"{i % 10}+{i // 10}=" for i in range(40)]})
+        >>> trainer = PrioritizedGRPOTrainer(model=model, reward_funcs=starts_with_one, args=args,
+        ...                                  train_dataset=prompts, processing_class=tokenizer,
+        ...                                  prompt_sampler=PromptSampler(40, 2, group_size=4, seed=0))
+        >>> _ = trainer.train()  # doctest: +ELLIPSIS
+        {'train_runtime': ...}
+        >>> trainer.prompt_sampler.stats()["feedback_calls"]
+        2
+    """
+
+    def __init__(self, *args: Any, prompt_sampler: PromptSampler | None = None, feedback_reward: str | int | None = None,
+                 max_lag: int | None = 1, **kwargs: Any) -> None:
+        bound = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs)
+        bound.arguments["train_dataset"] = _with_index(bound.arguments.get("train_dataset"))
+        super().__init__(*bound.args[1:], **bound.kwargs)
+        num_prompts = len(self.train_dataset)
+        chunk = self.args.generation_batch_size // self.num_generations
+        if prompt_sampler is None:
+            prompt_sampler = PromptSampler(num_prompts, chunk, group_size=self.num_generations, seed=self.args.seed)
+        if not isinstance(prompt_sampler, PromptSampler):
+            raise TypeError(f"prompt_sampler must be a PromptSampler, got {type(prompt_sampler).__name__}")
+        if prompt_sampler.num_prompts != num_prompts:
+            raise ValueError(f"prompt_sampler covers {prompt_sampler.num_prompts} prompts but train_dataset has "
+                             f"{num_prompts} rows")
+        if prompt_sampler.batch_size != chunk:
+            raise ValueError(f"prompt_sampler.batch_size is {prompt_sampler.batch_size} but a generation batch holds "
+                             f"{chunk} prompts (generation_batch_size {self.args.generation_batch_size} // "
+                             f"num_generations {self.num_generations}): build PromptSampler({num_prompts}, {chunk}, "
+                             f"group_size={self.num_generations}, ...)")
+        # Under DDP this checks that every rank built the same sampler (a collective).
+        self.prompt_sampler = GRPOPromptSampler(prompt_sampler, num_generations=self.num_generations,
+                                                repeat_count=self.num_iterations * self.args.steps_per_generation,
+                                                max_lag=max_lag)
+        self.feedback_column = self._feedback_column(feedback_reward)
+        self.args.ignore_data_skip = True  # the sampler resumes its own stream: skipping would draw batches again
+        self._consumed = 0  # sampler indices in the batches training steps received (the rest was read ahead)
+        self.add_callback(_SavePromptSampler(self))
+
+    def _feedback_column(self, feedback_reward: str | int | None) -> int | None:
+        """The column of TRL's reward table that feeds the sampler (None: their weighted sum)."""
+        names = tuple(self.reward_func_names)
+        if feedback_reward is None:
+            return None
+        if isinstance(feedback_reward, str):
+            return names.index(checks.one_of("feedback_reward", feedback_reward, names))
+        return checks.integer("feedback_reward", feedback_reward, 0, len(names) - 1,
+                              why=f"a position in reward_funcs, whose names are {list(names)}")
+
+    # ------------------------------------------------------------------ the prompts
+    def _get_train_sampler(self, dataset: Any = None) -> GRPOPromptSampler:
+        """The `GRPOPromptSampler` (TRL's ``RepeatSampler`` layout, drawn by priority)."""
+        return self.prompt_sampler
+
+    def _set_signature_columns_if_needed(self) -> None:
+        super()._set_signature_columns_if_needed()
+        if INDEX not in self._signature_columns:  # remove_unused_columns=True must keep the index
+            self._signature_columns = [*self._signature_columns, INDEX]
+
+    def training_step(self, model, inputs, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """`GRPOTrainer.training_step`, counting what it received: one generation batch of sampler indices."""
+        self._consumed += self.args.generation_batch_size
+        return super().training_step(model, inputs, *args, **kwargs)
+
+    # ------------------------------------------------------------------ the feedback
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards (every process's, gathered), and, in training, each prompt's group fed to the sampler."""
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if self.model.training:
+            self._feed_back(inputs, rewards)
+        return rewards
+
+    def _feed_back(self, inputs: list[dict], rewards: torch.Tensor) -> None:
+        table = rewards.detach().to(torch.float64).cpu().numpy()  # (completions of all processes, functions)
+        names = list(self.reward_func_names)
+        if self.feedback_column is None:
+            used = np.flatnonzero(self.reward_weights.detach().cpu().numpy() != 0)
+            values = table[:, used] @ self.reward_weights.detach().cpu().numpy().astype(np.float64)[used]
+            source = f"the weighted sum of reward_funcs {names}"
+        else:
+            used = np.array([self.feedback_column])
+            values = table[:, self.feedback_column]
+            source = f"reward_funcs[{self.feedback_column}] ({names[self.feedback_column]!r})"
+        for column in used:  # every process holds the whole table: all raise together, nothing changes
+            bad = np.flatnonzero(~np.isfinite(table[:, column]))
+            if len(bad):
+                raise ValueError(
+                    f"reward_funcs[{column}] ({names[column]!r}) returned {table[bad[0], column]} (None is read as "
+                    f"nan) for completion {bad[0]} of this generation batch: the prompt sampler needs every "
+                    f"completion's reward, so return a number (0.0 for a failure)"
+                    + ("" if self.feedback_column is not None or len(names) == 1 else
+                       ", or feed it from one reward function with feedback_reward=<name>"))
+        local = len(inputs)
+        mine = values[self.accelerator.process_index * local:(self.accelerator.process_index + 1) * local]
+        indices = np.array([row[INDEX] for row in inputs], np.int64)
+        try:
+            self.prompt_sampler.feedback(indices, rewards=mine, policy_step=self.state.global_step)
+        except ValueError as exc:
+            raise ValueError(f"the prompt sampler refused the rewards of {source}: {exc}") from exc
+        stats = self.prompt_sampler.counters
+        self._metrics["train"]["prompts/frac_zero_variance"].append(self.prompt_sampler.prompts.last_zero_variance)
+        self._metrics["train"]["prompts/lag"].append(float(stats["lag"]))
+
+    def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
+        """TRL's log line, with the sampler's counts on training lines (O(N): once per log, not per step)."""
+        if self.model.training and "loss" in logs:
+            stats = self.prompt_sampler.stats()
+            logs = {**logs, **{f"prompts/{name}": float(stats[name]) for name in _LOGGED},
+                    "prompts/frac_zero_variance_total": float(stats["frac_zero_variance_total"])}
+        super().log(logs, *args, **kwargs)
+
+    # ------------------------------------------------------------------ checkpoints
+    def sampler_state(self) -> dict:
+        """The sampler's state as the training steps so far left it: the indices the DataLoader read ahead of them
+        (lost with the process) count as not handed out, so a resumed sampler hands them out again."""
+        return self.prompt_sampler.state_dict(unconsumed=self.prompt_sampler.yielded - self._consumed)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
+        """``GRPOTrainer.train``; resuming also restores the prompt sampler from the checkpoint's
+        ``prompt_sampler.npz``."""
+        if resume_from_checkpoint is True:  # none found: True again, for the Trainer's own error
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir) or True
+        if isinstance(resume_from_checkpoint, (str, Path)):
+            resume_from_checkpoint = str(resume_from_checkpoint)
+            path = Path(resume_from_checkpoint) / STATE_FILE
+            if not path.is_file():
+                raise FileNotFoundError(f"{path} is missing: the checkpoint was not written by a "
+                                        f"PrioritizedGRPOTrainer, so the prompt sampler cannot resume its stream")
+            self.prompt_sampler.load_state_dict(load_shared_state(path))
+        self._consumed = self.prompt_sampler.yielded  # a new DataLoader starts where the sampler stands
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
