@@ -28,7 +28,7 @@ def test_every_example_has_a_test_here():
               "dqn_per.py",  # tests/test_user_examples.py
               "ddp_sampler.py",  # tests/distributed/test_example_ddp.py (torchrun)
               "ray_replay.py",  # tests/ray/test_user_example.py (needs ray)
-              "mixing_dataloader.py"}  # here
+              "mixing_dataloader.py", "grpo_prompts.py"}  # here
     assert {p.name for p in EXAMPLES.iterdir() if p.is_file()} == tested
 
 
@@ -116,3 +116,22 @@ def test_main_job_runs_from_another_directory(tmp_path):
     assert "| electra | tmr-loss_diff |" in (out / "summary.md").read_text()
     for variant in ("electra", "tmr-loss_diff"):
         assert (out / variant / "discriminator" / "config.json").is_file()
+
+
+def test_grpo_example_trains_both_arms_and_plots_pass_rates(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("trl")
+    path = EXAMPLES / "grpo_prompts.py"
+    text = path.read_text()
+    assert len(text.splitlines()) <= 150 and "sys.path" not in text and "examples/grpo_prompts.py" in text
+    threads = torch.get_num_threads()  # the example sets one torch thread for the process
+    try:
+        results = load(path).main(["--steps", "6", "--plot", str(tmp_path / "pass_rates.png")])
+    finally:
+        torch.set_num_threads(threads)
+    printed = capsys.readouterr().out
+    assert "uniform: zero-variance groups" in printed and "learnability: zero-variance groups" in printed
+    assert set(results) == {"uniform", "learnability"}
+    for zero, held_out in results.values():
+        assert 0.0 <= zero <= 1.0 and set(held_out) == {1, 2, 3}
+    assert (tmp_path / "pass_rates.png").stat().st_size > 0

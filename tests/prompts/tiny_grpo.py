@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from datasets import Dataset
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from trl import GRPOConfig
 
@@ -17,6 +17,7 @@ VOCAB = {"<pad>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate("0123456789+=
 def tokenizer() -> PreTrainedTokenizerFast:
     raw = Tokenizer(models.WordLevel(VOCAB, unk_token="<pad>"))
     raw.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    raw.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<eos>")
 
 
