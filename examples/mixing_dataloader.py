@@ -83,7 +83,7 @@ def main(argv=None) -> dict:
             optimizer.zero_grad()
             per_example.mean().backward()
             optimizer.step()
-            batches.feedback(info, per_example.detach())  # the losses the step computed anyway
+            batches.feedback(info, loss=per_example.detach())  # the losses the step computed anyway
             step += 1
             if step == args.steps:
                 break

@@ -135,7 +135,7 @@ def run(check: str, arm: str, seed: int) -> dict:
     weights, mix_s, step_s = [], 0.0, 0.0
     for _ in range(STEPS):
         t0 = time.process_time()
-        batch = sampler.draw()
+        batch = sampler.next_batch()
         t1 = time.process_time()
         x = torch.from_numpy(train[batch.indices])
         losses = per_sequence_loss(x)
@@ -143,7 +143,7 @@ def run(check: str, arm: str, seed: int) -> dict:
         losses.mean().backward()
         opt.step()
         t2 = time.process_time()
-        sampler.feedback(batch.indices, losses.detach())
+        sampler.feedback(batch.indices, loss=losses.detach())
         t3 = time.process_time()
         mix_s += (t1 - t0) + (t3 - t2)
         step_s += t3 - t0

@@ -7,9 +7,11 @@ are plumbing, not features (`MOVED_NAMES`). Both warn once per name, saying wher
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.util
+import inspect
 import sys
 import warnings
 from typing import Any
@@ -87,3 +89,66 @@ class renamed:
         warnings.warn(f"{type(obj).__name__}.{self.old} is deprecated since replayloader 1.0 and will be removed in "
                       f"the next release: use .{self.new}", DeprecationWarning, stacklevel=2)
         return getattr(obj, self.new)
+
+
+def _deprecated(what: str, instead: str, since: str = "1.1") -> None:
+    warnings.warn(f"{what} is deprecated since replayloader {since} and will be removed in the next release: "
+                  f"use {instead}", DeprecationWarning, stacklevel=3)
+
+
+class renamed_method:
+    """An old name of a method (e.g. ``MixtureSampler.draw`` → ``next_batch``), kept for one release: calling it
+    warns, naming the new one, and calls the new name (so a subclass that overrides the new name is reached)."""
+
+    def __init__(self, new: str, since: str = "1.1") -> None:
+        self.new, self.since, self.old = new, since, ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.old = name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        method = getattr(obj, self.new)
+
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            _deprecated(f"{type(obj).__name__}.{self.old}()", f".{self.new}()", self.since)
+            return method(*args, **kwargs)
+
+        return call
+
+
+def keyword_only(*names: str, renamed: dict[str, str] | None = None, since: str = "1.1"):
+    """A method whose options became keyword-only (and some renamed), the old calls kept for one release.
+
+    The decorated method is ``method(self, first, *, option, ...)``: a call that still passes ``names`` by
+    position after ``first`` (or an old keyword of ``renamed``, old → new) warns once per call, naming the new
+    form, and is passed on as keywords. `inspect.signature` shows the new signature."""
+    renamed = dict(renamed or {})
+
+    def wrap(method):
+        @functools.wraps(method)
+        def call(self, *args: Any, **kwargs: Any) -> Any:
+            old = [name for name in renamed if name in kwargs]
+            if len(args) > 1 + len(names) or (not args and not old):
+                return method(self, *args, **kwargs)  # the method's own TypeError
+            if len(args) > 1 or old:
+                for name in old:
+                    if renamed[name] in kwargs:
+                        raise TypeError(f"{method.__qualname__}() got both {name}= and {renamed[name]}=")
+                    kwargs[renamed[name]] = kwargs.pop(name)
+                for name, value in zip(names, args[1:]):
+                    if name in kwargs:
+                        raise TypeError(f"{method.__qualname__}() got {name} twice")
+                    kwargs[name] = value
+                first = list(inspect.signature(method).parameters)[1]
+                new = ", ".join([first] + [f"{n}=..." for n in names])
+                _deprecated(f"{type(self).__name__}.{method.__name__}() with positional or renamed options",
+                            f".{method.__name__}({new})", since)
+                args = args[:1]
+            return method(self, *args, **kwargs)
+
+        return call
+
+    return wrap

@@ -1,7 +1,7 @@
 """Online data mixing: a dataset made of K sources (domains), drawn in proportions learned from training loss.
 
 - `MixtureSampler`: batches of dataset indices; each batch's per-source counts come from a rule's weights,
-  and `feedback(indices, losses)` gives the rule each source's mean training loss (numpy only).
+  and `feedback(batch, loss=...)` gives the rule each source's mean training loss (numpy only).
 - `MixtureBatch`: one drawn batch (indices, their sources, the weights used, step).
 - Rules (`MixingRule`): `FixedMixture` (``natural``, ``stratified``), `ODM` (the authors' smoothed-mean rule),
   `ODMExp3` (their EXP3 updater), `ExcessLoss` (DoReMi's multiplicative weights on loss above a reference),

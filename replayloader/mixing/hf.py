@@ -135,7 +135,7 @@ class MixingTrainer(Trainer):
         if not np.array_equal(batch.indices, index.detach().cpu().numpy()):
             raise RuntimeError("the batch the Trainer trains on is not the next one the mixture handed out (a "
                                "DataLoader with in_order=False, or batches skipped outside the sampler?)")
-        self.batch_sampler.feedback(batch.indices, per_example.detach())
+        self.batch_sampler.feedback(batch, loss=per_example.detach())
         loss = per_example.mean()
         return (loss, outputs) if return_outputs else loss
 

@@ -4,7 +4,7 @@ Why a sampler and not a dataset wrapper: the mixture is a decision about *which 
 and everything the library already has for index samplers applies (DataLoader workers, DDP slices, exact
 checkpoints). The examples stay where they are; the sampler knows only which source each index belongs to.
 
-One batch (`draw`):
+One batch (`next_batch`):
 
 1. each of the ``batch_size`` slots picks a source from the rule's current weights (so the per-source counts are
    multinomial, and sources are interleaved in random order within the batch);
@@ -13,7 +13,7 @@ One batch (`draw`):
    ``within="prioritized"`` draws of a `PrioritizedSampler` over that source, so example-level and source-level
    importance compose.
 
-Feedback (`feedback(indices, losses)`) maps each index to its source and gives the rule one step's per-source
+Feedback (`feedback(batch, loss=...)`) maps each index to its source and gives the rule one step's per-source
 mean loss and count; with ``within="prioritized"`` the losses also go to each source's `PrioritizedSampler`.
 All arguments are checked before anything changes.
 
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .. import _checks as checks
+from .._moved import keyword_only, renamed_method
 from .._arrays import to_numpy
 from ..kernels.rng import seed_state, uniforms
 from ..sampler.prioritized import PrioritizedSampler
@@ -104,17 +105,17 @@ def per_source(sources: np.ndarray, losses: np.ndarray, num_sources: int) -> tup
 
 def check_losses(losses: Any, shape: tuple) -> np.ndarray:
     """Per-example training losses (numpy or torch) as float64 of ``shape``, every one finite and >= 0; else a
-    ValueError naming ``losses``. One rule whatever draws inside the sources: a training loss is never
+    ValueError naming ``loss`` (the feedback keyword). One rule whatever draws inside the sources: a training loss is never
     negative, and a negative one would turn into a negative reward (or priority) without a word."""
-    values = to_numpy(losses, "losses")
+    values = to_numpy(losses, "loss")
     if values.shape != shape:
-        raise ValueError(f"losses must have shape {shape} to match indices, got {values.shape}")
+        raise ValueError(f"loss must have shape {shape} to match indices, got {values.shape}")
     if values.dtype.kind not in "fiu":
-        raise ValueError(f"losses must be numbers, got dtype {values.dtype}")
+        raise ValueError(f"loss must be numbers, got dtype {values.dtype}")
     values = np.ascontiguousarray(values, np.float64)
     bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
     if len(bad):
-        raise ValueError(f"losses must be finite and >= 0 (training losses); losses[{bad[0]}] = "
+        raise ValueError(f"loss must be finite and >= 0 (training losses); loss[{bad[0]}] = "
                          f"{float(values[bad[0]])!r}")
     return values
 
@@ -352,7 +353,7 @@ class MixtureSampler:
         """The rule's current weights over the K sources (what the next batch is drawn from)."""
         return self.mixer.probabilities()
 
-    def draw(self) -> MixtureBatch:
+    def next_batch(self) -> MixtureBatch:
         """The next global batch (see the module doc)."""
         sources, weights, step = self.mixer.next_sources()
         indices = np.empty(len(sources), np.int64)
@@ -361,6 +362,8 @@ class MixtureSampler:
             indices[slots] = self.members[self.offsets[k] + self._take(int(k), len(slots))]
         self.drawn[indices] = True
         return MixtureBatch(indices, sources, weights, step)
+
+    draw = renamed_method("next_batch")  # 1.0's name, deprecated in 1.1
 
     def _take(self, k: int, count: int) -> np.ndarray:
         """``count`` positions inside source k."""
@@ -379,9 +382,9 @@ class MixtureSampler:
         return np.concatenate(taken)
 
     # ------------------------------------------------------------------ feedback
-    def check_feedback(self, indices: Any, losses: Any) -> tuple[np.ndarray, np.ndarray]:
+    def check_feedback(self, batch: Any, loss: Any) -> tuple[np.ndarray, np.ndarray]:
         """`feedback`'s checks alone: (indices, losses) as int64 / float64 arrays, or the error it would raise."""
-        idx = to_numpy(indices.indices if isinstance(indices, MixtureBatch) else indices, "indices")
+        idx = to_numpy(batch.indices if isinstance(batch, MixtureBatch) else batch, "indices")
         if idx.ndim != 1 or idx.size == 0 or idx.dtype.kind not in "iu":
             raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {idx.dtype} shape {idx.shape}")
         idx = idx.astype(np.int64)
@@ -391,17 +394,19 @@ class MixtureSampler:
         never = np.flatnonzero(~self.drawn[idx])
         if len(never):
             raise ValueError(f"indices[{never[0]}] = {idx[never[0]]} was never drawn by this sampler")
-        return idx, check_losses(losses, idx.shape)
+        return idx, check_losses(loss, idx.shape)
 
-    def feedback(self, indices: Any, losses: Any) -> None:
-        """Per-example training losses for indices this sampler drew (numpy or torch, any device; a
-        `MixtureBatch` is taken for its indices). The rule gets one step: per source, the mean loss and count;
+    @keyword_only("loss", renamed={"indices": "batch", "losses": "loss"})
+    def feedback(self, batch: Any, *, loss: Any) -> None:
+        """Per-example training losses (``loss``) for a `MixtureBatch` this sampler drew, or for indices it drew
+        (numpy or torch, any device). 1.0's ``feedback(indices, losses)`` still works for one release, with a
+        DeprecationWarning. The rule gets one step: per source, the mean loss and count;
         with ``within="prioritized"`` each source's `PrioritizedSampler` gets its examples' losses (``loss=``).
 
         Raises a ValueError naming the argument (shape mismatch, a non-finite or negative loss, an index out of
         range or never drawn), and then nothing has changed.
         """
-        idx, values = self.check_feedback(indices, losses)
+        idx, values = self.check_feedback(batch, loss)
         sources = self.source_of[idx]
         self.mixer.feedback_sources(sources, values)  # the rule checks its arguments before it changes
         for k in np.flatnonzero(np.bincount(sources, minlength=self.num_sources)) if self.samplers else ():
@@ -428,7 +433,7 @@ class MixtureSampler:
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a `state_dict` of a sampler built the same way (sources, batch size, seed, within, rule);
-        the next `draw` is the one that would have followed. All or nothing: every field is checked first
+        the next `next_batch` is the one that would have followed. All or nothing: every field is checked first
         (`InvalidState` names the bad one) and a refused state leaves the sampler as it was."""
         where = check_header(state, STATE_VERSION, self._config(), "mixture sampler")
         n, k = self.num_examples, self.num_sources

@@ -30,6 +30,7 @@ import torch
 from torch.utils.data import ConcatDataset, Dataset, IterableDataset, Sampler, default_collate, get_worker_info
 
 from .. import _checks as checks
+from .._moved import keyword_only
 from .._arrays import to_numpy
 from ..distributed.group import current_group
 from ..distributed.state_files import state_digest
@@ -90,7 +91,7 @@ class MixtureBatchSampler(Sampler[list[int]]):
         if self._position >= self.num_batches:
             self._position = 0
         while self._position < self.num_batches:
-            whole = self._replay.popleft() if self._replay else self.mixture.draw()
+            whole = self._replay.popleft() if self._replay else self.mixture.next_batch()
             self._position += 1
             self._handed_out.append(whole)
             yield whole.share(self.rank, self.world_size).indices.tolist()
@@ -109,17 +110,19 @@ class MixtureBatchSampler(Sampler[list[int]]):
         return self._handed_out.popleft().share(self.rank, self.world_size)
 
     # ------------------------------------------------------------------ feedback
-    def feedback(self, indices: Any, losses: Any) -> None:
-        """`MixtureSampler.feedback` for this rank's examples (a `MixtureBatch` or its indices, and their losses,
-        numpy or torch). Under DDP a collective: every rank calls it once per step (see the module doc)."""
+    @keyword_only("loss", renamed={"indices": "batch", "losses": "loss"})
+    def feedback(self, batch: Any, *, loss: Any) -> None:
+        """`MixtureSampler.feedback` for this rank's examples (a `MixtureBatch` or its indices, and their losses
+        ``loss``, numpy or torch). Under DDP a collective: every rank calls it once per step (see the module doc).
+        1.0's ``feedback(indices, losses)`` still works for one release, with a DeprecationWarning."""
         if self.world is None:
-            self.mixture.feedback(indices, losses)
+            self.mixture.feedback(batch, loss=loss)
             return
         header = np.zeros(_HEADER, np.int64)
         header[2] = self.mixture.step
         header[3:] = self.mixture.mixer.rng_state.view(np.int64)
         try:
-            idx, values = self.mixture.check_feedback(indices, losses)
+            idx, values = self.mixture.check_feedback(batch, loss)
             header[1] = len(idx)
         except (ValueError, TypeError) as exc:
             header[0], rejected, idx, values = 1, exc, np.zeros(0, np.int64), np.zeros(0)
@@ -140,7 +143,7 @@ class MixtureBatchSampler(Sampler[list[int]]):
         counts = everyone[:, 1]
         all_indices = np.concatenate([table[r, :counts[r]] for r in range(len(table))])
         all_losses = np.concatenate([table[r, width:width + counts[r]] for r in range(len(table))]).view(np.float64)
-        self.mixture.feedback(all_indices, all_losses)
+        self.mixture.feedback(all_indices, loss=all_losses)
 
     def stats(self) -> dict[str, Any]:
         return self.mixture.stats()
@@ -254,9 +257,11 @@ class MixtureIterableDataset(IterableDataset):
         self.consumed[k] += 1
         return example
 
-    def feedback(self, sources: Any, losses: Any) -> None:
-        """Per-example training losses with each example's source (the ``sources`` tensor of its batch): the rule
-        gets one step. Bad input raises a ValueError naming the argument, and nothing changes."""
+    @keyword_only("loss", renamed={"losses": "loss"})
+    def feedback(self, sources: Any, *, loss: Any) -> None:
+        """Per-example training losses (``loss``) with each example's source (the ``sources`` tensor of its
+        batch): the rule gets one step. Bad input raises a ValueError naming the argument, and nothing changes.
+        1.0's ``feedback(sources, losses)`` still works for one release, with a DeprecationWarning."""
         src = to_numpy(sources, "sources")
         if src.ndim != 1 or src.size == 0 or src.dtype.kind not in "iu":
             raise ValueError(f"sources must be a non-empty 1-D integer array, got dtype {src.dtype} shape {src.shape}")
@@ -264,7 +269,7 @@ class MixtureIterableDataset(IterableDataset):
         bad = np.flatnonzero((src < 0) | (src >= self.mixer.num_sources))
         if len(bad):
             raise ValueError(f"sources must lie in [0, {self.mixer.num_sources}); sources[{bad[0]}] = {src[bad[0]]}")
-        self.mixer.feedback_sources(src, check_losses(losses, src.shape))
+        self.mixer.feedback_sources(src, check_losses(loss, src.shape))
 
     def stats(self) -> dict[str, Any]:
         return {**self.mixer.stats(), "passes": self.passes.copy()}

@@ -52,13 +52,13 @@ def mixture(out: Path) -> dict:
     report["resumed"] = sc.train(resumed, sc.TOTAL - sc.SAVE_AT)
 
     bad = MixtureBatchSampler(sc.make())
-    whole = bad.mixture.draw()
+    whole = bad.mixture.next_batch()
     mine = whole.share(dist.get_rank(), 2)
     before = state_digest(bad.mixture.state_dict())
     losses = sc.loss_of(mine.indices, 0)
     if dist.get_rank() == 1:
         losses[2] = np.nan
-    report["bad_feedback"] = error_of(lambda: bad.feedback(mine.indices, losses))
+    report["bad_feedback"] = error_of(lambda: bad.feedback(mine.indices, loss=losses))
     report["bad_unchanged"] = state_digest(bad.mixture.state_dict()) == before
     report["mismatch"] = error_of(lambda: MixtureBatchSampler(sc.make(seed=3 + dist.get_rank())))
     return report

@@ -48,7 +48,7 @@ def train(batches: MixtureBatchSampler, steps: int, on_step=None) -> list[dict]:
         for received in data:
             info = batches.next_batch_info()
             assert received.tolist() == info.indices.tolist()
-            batches.feedback(info, torch.as_tensor(loss_of(info.indices, info.step)))
+            batches.feedback(info, loss=torch.as_tensor(loss_of(info.indices, info.step)))
             seen.append({"indices": info.indices.tolist(), "sources": info.sources.tolist(),
                          "mixture": info.mixture.tolist(), "step": info.step})
             if on_step is not None:

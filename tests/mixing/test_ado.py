@@ -266,8 +266,8 @@ def test_ado_is_a_mixing_rule_and_runs_in_the_sampler():
     assert isinstance(rule, MixingRule)
     sampler = MixtureSampler([40, 40, 40], batch_size=12, rule=rule, seed=1)
     for t in range(25):
-        batch = sampler.draw()
-        sampler.feedback(batch.indices, 1.0 + batch.sources + 3.0 * (batch.sources == 0) / (t + 1) ** 0.5)
+        batch = sampler.next_batch()
+        sampler.feedback(batch.indices, loss=1.0 + batch.sources + 3.0 * (batch.sources == 0) / (t + 1) ** 0.5)
     assert rule.num_sources == 3 and rule.params is not None and rule.t == 25
     w = rule.weights()
     assert abs(w.sum() - 1) < 1e-12 and (w >= 0).all()

@@ -61,8 +61,8 @@ def test_a_two_rank_checkpoint_resumes_on_two_ranks_and_in_one_process(launched,
 
 def test_bad_feedback_on_one_rank_raises_on_both_and_changes_nothing(launched):
     _, reports = launched
-    assert reports[1]["mixture"]["bad_feedback"] == ("ValueError: losses must be finite and >= 0 (training "
-                                                     "losses); losses[2] = nan")
+    assert reports[1]["mixture"]["bad_feedback"] == ("ValueError: loss must be finite and >= 0 (training "
+                                                     "losses); loss[2] = nan")
     assert "rank 1 rejected its feedback" in reports[0]["mixture"]["bad_feedback"]
     assert reports[0]["mixture"]["bad_unchanged"] and reports[1]["mixture"]["bad_unchanged"]
     for report in reports:

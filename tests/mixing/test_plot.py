@@ -17,8 +17,8 @@ def write_log(path):
     sampler = MixtureSampler([10, 20, 30], batch_size=6, rule=ODM(warmup_steps=0), seed=0, names=["web", "code", "books"],
                              log_path=path, log_every=2)
     for _ in range(40):
-        batch = sampler.draw()
-        sampler.feedback(batch, 1.0 + batch.sources.astype(float))
+        batch = sampler.next_batch()
+        sampler.feedback(batch, loss=1.0 + batch.sources.astype(float))
     return sampler
 
 
@@ -59,15 +59,15 @@ def test_a_resumed_run_logs_its_steps_again_and_the_reader_keeps_the_last(tmp_pa
     log = tmp_path / "w.jsonl"
     first = MixtureSampler([10, 20], batch_size=4, rule=ODM(warmup_steps=0), seed=0, log_path=log)
     for _ in range(5):
-        first.draw()
+        first.next_batch()
     state = first.state_dict()
     for _ in range(3):  # steps 5, 6, 7: logged, then lost with the process
-        first.draw()
+        first.next_batch()
     resumed = MixtureSampler([10, 20], batch_size=4, rule=ODM(warmup_steps=0), seed=0, log_path=log)
     resumed.load_state_dict(state)
     for _ in range(5):
-        batch = resumed.draw()
-        resumed.feedback(batch, 5.0 * batch.sources)
+        batch = resumed.next_batch()
+        resumed.feedback(batch, loss=5.0 * batch.sources)
     assert len(log.read_text().splitlines()) == 13
     steps, weights = read_log(log)
     assert steps == list(range(10)) and weights["1"][-1] > weights["0"][-1]

@@ -20,9 +20,9 @@ def run(sampler, steps, feed=True):
     """Draw ``steps`` batches, feeding each one's losses back; return them."""
     batches = []
     for _ in range(steps):
-        batch = sampler.draw()
+        batch = sampler.next_batch()
         if feed:
-            sampler.feedback(batch.indices, loss_of(batch.indices, batch.step))
+            sampler.feedback(batch.indices, loss=loss_of(batch.indices, batch.step))
         batches.append(batch)
     return batches
 
@@ -113,10 +113,10 @@ def test_bad_construction_is_refused_by_name(sources, options, error, message):
 
 @pytest.mark.parametrize("within", ["uniform", "prioritized"])
 @pytest.mark.parametrize("indices, losses, message", [
-    (lambda b: b.indices, lambda b: np.where(np.arange(len(b)) == 2, np.nan, 1.0), r"losses\[2\] = nan"),
-    (lambda b: b.indices, lambda b: np.full(len(b), np.inf), r"losses\[0\] = inf"),
-    (lambda b: b.indices, lambda b: np.ones(len(b) - 1), "losses must have shape"),
-    (lambda b: b.indices, lambda b: np.ones((len(b), 1)), "losses must have shape"),
+    (lambda b: b.indices, lambda b: np.where(np.arange(len(b)) == 2, np.nan, 1.0), r"loss\[2\] = nan"),
+    (lambda b: b.indices, lambda b: np.full(len(b), np.inf), r"loss\[0\] = inf"),
+    (lambda b: b.indices, lambda b: np.ones(len(b) - 1), "loss must have shape"),
+    (lambda b: b.indices, lambda b: np.ones((len(b), 1)), "loss must have shape"),
     (lambda b: np.append(b.indices, 10_000), lambda b: np.ones(len(b) + 1), r"must lie in \[0, 60\)"),
     (lambda b: b.indices[:, None], lambda b: np.ones(len(b)), "1-D integer"),
     (lambda b: b.indices.astype(float), lambda b: np.ones(len(b)), "1-D integer"),
@@ -125,37 +125,37 @@ def test_bad_construction_is_refused_by_name(sources, options, error, message):
 def test_bad_feedback_raises_by_name_and_changes_nothing(within, indices, losses, message):
     sampler = MixtureSampler([20, 30, 10], batch_size=8, rule=ODM(), seed=0, within=within)
     run(sampler, 3)
-    batch = sampler.draw()
+    batch = sampler.next_batch()
     before = sampler.state_dict()
     with pytest.raises(ValueError, match=message):
-        sampler.feedback(indices(batch), losses(batch))
+        sampler.feedback(indices(batch), loss=losses(batch))
     assert_state_equal(sampler.state_dict(), before)
 
 
 def test_feedback_for_an_index_never_drawn_and_negative_losses_are_refused():
     sampler = MixtureSampler([20, 30], batch_size=4, rule=ODM(), seed=0, within="prioritized")
-    batch = sampler.draw()
+    batch = sampler.next_batch()
     never = next(i for i in range(50) if i not in batch.indices)
     before = sampler.state_dict()
     with pytest.raises(ValueError, match=f"= {never} was never drawn"):
-        sampler.feedback(np.array([batch.indices[0], never]), np.ones(2))
+        sampler.feedback(np.array([batch.indices[0], never]), loss=np.ones(2))
     with pytest.raises(ValueError, match="finite and >= 0"):
-        sampler.feedback(batch.indices, -np.ones(4))
+        sampler.feedback(batch.indices, loss=-np.ones(4))
     assert_state_equal(sampler.state_dict(), before)
     uniform = MixtureSampler([20, 30], batch_size=4, rule=ODM(warmup_steps=0), seed=0)
-    b = uniform.draw()
+    b = uniform.next_batch()
     before = uniform.state_dict()
-    with pytest.raises(ValueError, match=r"losses must be finite and >= 0 \(training losses\); losses\[0\] = -1.0"):
-        uniform.feedback(b, -np.ones(4))  # one rule for both within modes: a training loss is never negative
+    with pytest.raises(ValueError, match=r"loss must be finite and >= 0 \(training losses\); loss\[0\] = -1.0"):
+        uniform.feedback(b, loss=-np.ones(4))  # one rule for both within modes: a training loss is never negative
     assert_state_equal(uniform.state_dict(), before)
 
 
 def test_feedback_gives_the_rule_each_sources_mean_loss_and_count():
     rule = ExcessLoss([0.0, 0.0, 0.0], step_size=0.5, smoothing=0.0)
     sampler = MixtureSampler([4, 4, 4], batch_size=6, rule=rule, seed=0, names=["a", "b", "c"])
-    batch = sampler.draw()
+    batch = sampler.next_batch()
     losses = np.arange(6, dtype=float)
-    sampler.feedback(batch, losses)
+    sampler.feedback(batch, loss=losses)
     counts = np.bincount(batch.sources, minlength=3)
     means = np.array([losses[batch.sources == k].mean() if counts[k] else 0.0 for k in range(3)])
     expected = np.where(counts > 0, np.exp(0.5 * means), 1.0)
@@ -172,9 +172,9 @@ def test_prioritized_within_composes_example_and_source_importance():
     sampler = MixtureSampler([10, 10], batch_size=8, rule=FixedMixture([0.5, 0.5]), seed=0, within="prioritized")
     counts = np.zeros(20)
     for step in range(300):
-        batch = sampler.draw()
+        batch = sampler.next_batch()
         losses = np.where(batch.indices == 3, 20.0, 1.0)
-        sampler.feedback(batch.indices, losses)
+        sampler.feedback(batch.indices, loss=losses)
         if step >= 10:
             np.add.at(counts, batch.indices, 1)
     assert counts[3] > 5 * np.delete(counts[:10], 3).mean()
@@ -236,15 +236,15 @@ def test_slices_of_two_ranks_concatenated_are_the_one_process_batch_with_the_sam
 
     one, ranks = make(), [make(), make()]
     for _ in range(40):
-        whole = one.draw()
-        parts = [r.draw().share(rank, 2) for rank, r in enumerate(ranks)]
+        whole = one.next_batch()
+        parts = [r.next_batch().share(rank, 2) for rank, r in enumerate(ranks)]
         joined = MixtureBatch(np.concatenate([p.indices for p in parts]), np.concatenate([p.sources for p in parts]),
                               parts[0].mixture, parts[0].step)
         same_batches([joined], [whole])
         losses = loss_of(whole.indices, whole.step)
-        one.feedback(whole.indices, losses)
+        one.feedback(whole.indices, loss=losses)
         for r in ranks:  # what the DDP batch sampler does: every rank applies the gathered global feedback
-            r.feedback(joined.indices, losses)
+            r.feedback(joined.indices, loss=losses)
     assert_state_equal(ranks[0].state_dict(), one.state_dict())
     with pytest.raises(ValueError, match="not divisible|cannot be split"):
         whole.share(0, 5)
@@ -313,12 +313,31 @@ class Greedy:
 
 def test_a_users_rule_drives_the_mixture_and_bad_weights_are_refused_before_a_draw():
     sampler = MixtureSampler([10, 10, 10], batch_size=20, rule=Greedy(), seed=0)
-    batch = sampler.draw()  # nothing fed back yet: all weight on source 0
+    batch = sampler.next_batch()  # nothing fed back yet: all weight on source 0
     assert np.bincount(batch.sources, minlength=3)[0] >= 15
-    sampler.feedback(batch, np.where(batch.sources == 0, 0.0, 2.0))  # source 0 now has the lowest last loss
-    assert np.argmax(np.bincount(sampler.draw().sources, minlength=3)) != 0
+    sampler.feedback(batch, loss=np.where(batch.sources == 0, 0.0, 2.0))  # source 0 now has the lowest last loss
+    assert np.argmax(np.bincount(sampler.next_batch().sources, minlength=3)) != 0
     bad = MixtureSampler([10, 10], batch_size=4, rule=Greedy(bad=True), seed=0)
     before = bad.state_dict()
     with pytest.raises(ValueError, match=r"Greedy.weights\(\) must return 2 finite numbers >= 0 summing to 1"):
-        bad.draw()
+        bad.next_batch()
     assert_state_equal(bad.state_dict(), before)
+
+
+def test_the_1_0_names_draw_and_feedback_indices_losses_still_work_with_a_deprecation_warning():
+    """1.1 speaks the library's vocabulary (`next_batch()`, `feedback(batch, loss=...)`); 1.0's forms warn for one
+    release, naming the new one, and do the same."""
+    new, old = (MixtureSampler([20, 30], batch_size=4, rule=ODM(), seed=0) for _ in range(2))
+    with pytest.warns(DeprecationWarning, match=r"MixtureSampler\.draw\(\) is deprecated .*use \.next_batch\(\)"):
+        drawn = old.draw()
+    batch = new.next_batch()
+    same_batches([drawn], [batch])
+    with pytest.warns(DeprecationWarning, match=r"MixtureSampler\.feedback\(\) .*use \.feedback\(batch, loss=\.\.\.\)"):
+        old.feedback(drawn.indices, np.ones(4))
+    with pytest.warns(DeprecationWarning, match="use .feedback"):
+        old.feedback(indices=drawn.indices, losses=np.ones(4))
+    new.feedback(batch, loss=np.ones(4))
+    new.feedback(batch.indices, loss=np.ones(4))
+    assert_state_equal(old.state_dict(), new.state_dict())
+    with pytest.raises(TypeError):
+        new.feedback(batch, np.ones(4), np.ones(4))

@@ -43,7 +43,7 @@ def train(batches, loader, epochs, stop_after=None):
             info = batches.next_batch_info()
             np.testing.assert_array_equal(batch["index"].numpy(), info.indices)
             # the loss depends on the global step, not on this call's count, so a resumed run feeds back the same
-            batches.feedback(info, (batch["index"] % 5).float() + 0.1 * info.step)
+            batches.feedback(info, loss=(batch["index"] % 5).float() + 0.1 * info.step)
             seen.append(info.indices.tolist())
             if stop_after is not None and len(seen) == stop_after:
                 return seen
@@ -134,7 +134,7 @@ def test_concat_sources_lays_the_datasets_out_as_the_sampler_expects():
     data, sampler = concat_sources(parts, batch_size=5, rule=FixedMixture.stratified(3), seed=0)
     assert len(data) == sampler.num_examples == 14
     for _ in range(10):
-        batch = sampler.draw()
+        batch = sampler.next_batch()
         np.testing.assert_array_equal([int(data[i][0]) for i in batch.indices], batch.sources)
     with pytest.raises(ValueError, match="at least one"):
         concat_sources([], batch_size=2, rule=ODM())
@@ -159,7 +159,7 @@ def stream_run(dataset, steps):
     out = []
     for batch, sources in DataLoader(dataset, batch_size=None, num_workers=0):
         np.testing.assert_array_equal(batch.numpy() // 1000, sources.numpy())
-        dataset.feedback(sources, (batch % 7).float())
+        dataset.feedback(sources, loss=(batch % 7).float())
         out.append(batch.tolist())
         if len(out) == steps:
             return out
@@ -195,9 +195,9 @@ def test_a_stream_mixture_refuses_workers_one_shot_iterators_and_bad_feedback():
     dataset = make_stream()
     before = repr(dataset.state_dict())
     with pytest.raises(ValueError, match=r"sources\[1\] = 3"):
-        dataset.feedback(torch.tensor([0, 3]), torch.ones(2))
-    with pytest.raises(ValueError, match=r"losses\[0\] = nan"):
-        dataset.feedback(torch.tensor([0, 1]), torch.tensor([float("nan"), 1.0]))
+        dataset.feedback(torch.tensor([0, 3]), loss=torch.ones(2))
+    with pytest.raises(ValueError, match=r"loss\[0\] = nan"):
+        dataset.feedback(torch.tensor([0, 1]), loss=torch.tensor([float("nan"), 1.0]))
     assert repr(dataset.state_dict()) == before
     empty = MixtureIterableDataset([[1], []], batch_size=8, rule=FixedMixture([0.5, 0.5]))
     with pytest.raises(ValueError, match="source 1 .* is empty"):
