@@ -172,6 +172,17 @@ def peak_memory_gib(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda" else None
 
 
+@contextlib.contextmanager
+def row_errors(results: Results, key: str, label: str):
+    """A row that fails is recorded as failed (with its error) and the part goes on with its next row."""
+    try:
+        yield
+    except Exception as error:
+        traceback.print_exc()
+        results.append(key, {"variant": label, "run": label, "error": f"{type(error).__name__}: {error}"})
+        results.append("row_errors", f"{label}: {type(error).__name__}: {error}")
+
+
 class Results:
     """A part's results, rewritten to its JSON file after every row, so a part stopped at its limit keeps what it
     measured."""
@@ -253,22 +264,26 @@ def part_speed(ctx: dict, results: Results) -> None:
     tokens = size["pretrain"]["batch_size"] * size["pretrain"]["max_len"]
     for variant, extra in TABLE_RUNS:
         label = variant + (" (deferred feedback)" if extra else "")
-        marks: list[dict] = []
-        peak_memory_start(device)
-        with write_times(marks):
-            pretrain(pretrain_config(ctx, ctx["work"] / "speed" / label.replace(" ", "_"), variant=variant,
-                                     steps=size["table_steps"], log_every=size["table_log_every"], **extra))
-        timed = [m for m in marks if m["step"] >= size["table_warm"]]
-        seconds = (timed[-1]["time"] - timed[0]["time"]) / (timed[-1]["step"] - timed[0]["step"])
-        results.append("table", {"variant": label, "seconds_per_step": seconds, "tokens_per_second": tokens / seconds,
-                                 "peak_memory_gib": peak_memory_gib(device),
-                                 "steps_timed": timed[-1]["step"] - timed[0]["step"]})
-    base = results.data["table"][0]["seconds_per_step"]
-    for row in results.data["table"]:
-        row["ratio"] = row["seconds_per_step"] / base
+        with row_errors(results, "table", label):
+            marks: list[dict] = []
+            peak_memory_start(device)
+            with write_times(marks):
+                pretrain(pretrain_config(ctx, ctx["work"] / "speed" / label.replace(" ", "_"), variant=variant,
+                                         steps=size["table_steps"], log_every=size["table_log_every"], **extra))
+            timed = [m for m in marks if m["step"] >= size["table_warm"]]
+            seconds = (timed[-1]["time"] - timed[0]["time"]) / (timed[-1]["step"] - timed[0]["step"])
+            results.append("table", {"variant": label, "seconds_per_step": seconds,
+                                     "tokens_per_second": tokens / seconds, "peak_memory_gib": peak_memory_gib(device),
+                                     "steps_timed": timed[-1]["step"] - timed[0]["step"]})
+    rows = [row for row in results.data["table"] if "seconds_per_step" in row]
+    base = rows[0]["seconds_per_step"] if rows and rows[0]["variant"] == "electra" else None
+    for row in rows:
+        row["ratio"] = row["seconds_per_step"] / base if base else None
         row["paper"] = PAPER_RATIOS.get(row["variant"])
     results.save()
     results["reference"] = reference_loop(ctx)
+    if results.data.get("row_errors"):
+        raise RuntimeError(f"{len(results.data['row_errors'])} row(s) failed: {'; '.join(results.data['row_errors'])}")
 
 
 def reference_loop(ctx: dict) -> dict:
@@ -416,9 +431,11 @@ def part_syncs(ctx: dict, results: Results) -> None:
     for variant, extra in SYNC_RUNS:
         label = variant + (" (deferred feedback)" if extra else "")
         window: dict = {}
-        with sync_window(ctx["device"], warm, steps, window):
+        with row_errors(results, "runs", label), sync_window(ctx["device"], warm, steps, window):
             pretrain(pretrain_config(ctx, ctx["work"] / "syncs" / label.replace(" ", "_"), variant=variant,
                                      steps=warm + steps + 2, log_every=10 ** 6, **extra))
+        if "syncs" not in window:
+            continue
         by_source = dict.fromkeys((label for _, label in SYNC_SOURCES), 0)
         for where, count in (window.get("where") or {}).items():
             by_source[sync_source(where)] += count
@@ -426,6 +443,8 @@ def part_syncs(ctx: dict, results: Results) -> None:
                                 "per_step": window.get("syncs", 0) / steps,
                                 "per_step_by_source": {k: v / steps for k, v in by_source.items()},
                                 "where": window.get("where"), "messages": window.get("messages")})
+    if results.data.get("row_errors"):
+        raise RuntimeError(f"{len(results.data['row_errors'])} run(s) failed: {'; '.join(results.data['row_errors'])}")
 
 
 # ----------------------------------------------------------------------------------------------- real run
@@ -442,7 +461,8 @@ def part_real(ctx: dict, results: Results) -> None:
 
     size, work = ctx["size"], ctx["work"]
     speed = read_json(work / "speed.json").get("table") or []
-    per_step = speed[0]["seconds_per_step"] if speed else None
+    per_step = next((row["seconds_per_step"] for row in speed if row["variant"] == "electra" and "error" not in row),
+                    None)
     low, high = size["real_steps"]
     seconds = min(size["real_seconds"], max(ctx["seconds_left"] - 60.0, 10.0) / 2.3)
     steps = max(low, min(high, int(seconds / (1.12 * per_step)) if per_step else low))
@@ -469,19 +489,22 @@ def part_real(ctx: dict, results: Results) -> None:
 
     every = max(1, steps // 8)
     for variant in ("electra", "tmr-loss_diff"):
-        marks: list[dict] = []
-        with write_times(marks):
-            run_started = time.perf_counter()
-            result = pretrain(pretrain_config(ctx, work / "real" / variant, variant=variant, steps=steps,
-                                              heldout=str(heldout_path), heldout_every=every, log_every=LOG_EVERY,
-                                              defer_feedback=True, export_hf=True))
-        clock = training_clock(marks, run_started)
-        points = [{"step": m["step"], "elapsed": m["elapsed"], "auc": m["heldout_auc"]} for m in clock
-                  if m["heldout_auc"] is not None]
-        results.append("runs", {"variant": variant, "steps": steps, "training_seconds": clock[-1]["elapsed"],
-                                "wall_seconds": time.perf_counter() - run_started, "points": points,
-                                "discriminator": result.discriminator_dir,
-                                "final_loss": result.summary.get("final_loss")})
+        with row_errors(results, "runs", variant):
+            marks: list[dict] = []
+            with write_times(marks):
+                run_started = time.perf_counter()
+                result = pretrain(pretrain_config(ctx, work / "real" / variant, variant=variant, steps=steps,
+                                                  heldout=str(heldout_path), heldout_every=every,
+                                                  log_every=LOG_EVERY, defer_feedback=True, export_hf=True))
+            clock = training_clock(marks, run_started)
+            points = [{"step": m["step"], "elapsed": m["elapsed"], "auc": m["heldout_auc"]} for m in clock
+                      if m["heldout_auc"] is not None]
+            results.append("runs", {"variant": variant, "steps": steps, "training_seconds": clock[-1]["elapsed"],
+                                    "wall_seconds": time.perf_counter() - run_started, "points": points,
+                                    "discriminator": result.discriminator_dir,
+                                    "final_loss": result.summary.get("final_loss")})
+    if results.data.get("row_errors"):
+        raise RuntimeError(f"{len(results.data['row_errors'])} run(s) failed: {'; '.join(results.data['row_errors'])}")
 
 
 def auc_at(points: list[dict], elapsed: float) -> float | None:
@@ -502,7 +525,7 @@ def part_finetune(ctx: dict, results: Results) -> None:
     from replayloader_electra.finetune.api import finetune_glue_task
 
     runs = read_json(ctx["work"] / "real.json").get("runs") or []
-    checkpoints = {run["variant"]: run["discriminator"] for run in runs if run.get("discriminator")}
+    checkpoints = {run["variant"]: run["discriminator"] for run in runs if run.get("discriminator")}  # those that ran
     if not checkpoints:
         raise RuntimeError("the real part left no discriminator to fine-tune")
     glue_dir = ctx["bundle"] / "data" / "glue"
@@ -680,6 +703,10 @@ def run_check(args) -> int:
     out = Path(args.out) if args.out else ROOT / "results" / "gpu_check.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     env = environment("cpu" if args.dry_run else "cuda")
+    prepared = read_json(bundle / "prepared.json")  # the device machine's copy may have no git history
+    if prepared:
+        env["commit"] = env.get("commit") or prepared.get("commit")
+        env["prepared"] = prepared
     started = time.perf_counter()
     deadline = started + budget
     outcomes: dict[str, dict] = {}
@@ -743,7 +770,9 @@ def report(args, env: dict, outcomes: dict, seconds: float) -> str:
     dry = args.dry_run
     lines = [f"# GPU check{' (dry run on the CPU: plumbing only, not a measurement)' if dry else ''}", "",
              f"Command: `bash bench/gpu_check.sh{' --dry-run' if dry else ''}` (after `python bench/gpu_check.py "
-             "--prepare` here), at commit " + str(env.get("commit")) + "  ",
+             "--prepare` here), at commit " + str(env.get("commit"))
+             + (f" with {env['prepared']['uncommitted_changes']} uncommitted change(s) when prepared"
+                if env.get("prepared", {}).get("uncommitted_changes") else "") + "  ",
              f"Date: {env['date']}  ",
              f"Machine: {env['device']}; torch {env['torch']}, CUDA {env['cuda']}, Python {env['python']}, "
              f"transformers {env.get('transformers')}, tokenizers {env.get('tokenizers')}, `datasets` "
@@ -785,13 +814,16 @@ def report_speed(o: dict, dry: bool) -> list[str]:
                 "| variant | s/step | ratio to electra | paper ratio | tokens/s | peak memory GiB | steps timed |",
                 "|---|---|---|---|---|---|---|"]
         for row in o["table"]:
+            if "error" in row:
+                out.append(f"| {row['variant']} | failed: {row['error'][:200].replace('|', '/')} | | | | | |")
+                continue
             out.append(f"| {row['variant']} | {row['seconds_per_step']:.4f} | {fmt(row.get('ratio'))} | "
                        f"{fmt(row.get('paper'))} | {row['tokens_per_second']:,.0f} | "
                        f"{fmt(row['peak_memory_gib'], '.2f', 'n/a')} | {row['steps_timed']} |")
         out.append("")
     ref = o.get("reference")
-    if ref and o.get("table"):
-        ours = o["table"][0]
+    ours = next((row for row in o.get("table") or [] if row["variant"] == "electra" and "error" not in row), None)
+    if ref and ours:
         ratio = ours["tokens_per_second"] / ref["tokens_per_second"]
         out += ["Reference loop (plain HF `ElectraForMaskedLM` + `ElectraForPreTraining` step, same configs, batches, "
                 f"autocast): {ref['seconds_per_step']:.4f} s/step, {ref['tokens_per_second']:,.0f} tokens/s, peak "
@@ -805,12 +837,15 @@ def report_syncs(o: dict, dry: bool) -> list[str]:
     if not o.get("runs"):
         return []
     out = ["## (c) Host synchronisations per step at steady state", "",
-           f"Counted by: {o.get('mode')}; over {o['runs'][0].get('steps')} steps after the warm-up, logging off "
+           f"Counted by: {o.get('mode')}; over {o['runs'][0].get('steps', '?')} steps after the warm-up, logging off "
            "(`--log-every` past the run), each sync attributed to the line that caused it. The goal is 0 in the "
            "library (replayloader/: the buffer's add, sample and feedback).", "",
            "| run | syncs/step | library | integration | transformers | other | where (count) |",
            "|---|---|---|---|---|---|---|"]
     for run in o["runs"]:
+        if "error" in run:
+            out.append(f"| {run['run']} | failed: {run['error'][:200].replace('|', '/')} | | | | | |")
+            continue
         where = ", ".join(f"`{k}` ({v})" for k, v in list((run.get("where") or {}).items())[:6])
         by = run.get("per_step_by_source") or {}
         out.append(f"| {run['run']} | {fmt(run.get('per_step'), '.2f')} | "
@@ -829,6 +864,8 @@ def report_real(o: dict, dry: bool) -> list[str]:
            f"(a)), `--defer-feedback --log-every {LOG_EVERY} --amp bf16`. Held-out set: {o.get('heldout_examples')} "
            f"examples corrupted once by the generator of a {o.get('reference_steps')}-step reference ELECTRA run. "
            "A smoke test of the full path, not a verdict.", ""]
+    out += [f"Run {run['variant']} failed: {run['error']}" for run in runs if "error" in run]
+    runs = [run for run in runs if "error" not in run]
     if not runs:
         return out
     by = {run["variant"]: run for run in runs}
@@ -951,6 +988,14 @@ def prepare(args) -> int:
     else:
         toy_sst2(bundle / "data" / "glue" / "SST-2")
         print("dry run without a data directory: a made-up SST-2; the runs pretrain on python-docs", flush=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.splitlines()
+    (bundle / "prepared.json").write_text(json.dumps({
+        "commit": commit.stdout.strip(), "uncommitted_changes": len(changed),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "data": "made-up SST-2 (dry run)" if not have_data else "SST-2 and wikipedia-squad from the data directory"},
+        indent=1))
     code = sum(path.stat().st_size for path in traveling_files())
     data = folder_bytes(bundle)
     wheels = folder_bytes(ROOT / ".whl") if (ROOT / ".whl").is_dir() else 0

@@ -101,7 +101,6 @@ def test_batch_sampler_with_pinned_memory_feeds_cuda():
 # ------------------------------------------------------------------------------------------- pretraining
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> dict:
-    pytest.importorskip("datasets", reason="pretraining packs its corpus with the datasets package (Arrow)")
     pytest.importorskip("replayloader_electra", reason="the ELECTRA integration is not installed")
     root = tmp_path_factory.mktemp("corpus")
     rng = np.random.default_rng(0)
