@@ -41,3 +41,34 @@ def test_the_baselines(monkeypatch, tmp_path, capsys):
     assert ns["dynamic"].kept >= 16 and ns["generated"] >= 24  # ceil(16 × 1.5) first
     assert out[0].endswith(f"groups generated for {ns['dynamic'].kept} with signal")
     assert out[1] == "[False  True]"
+
+
+def test_the_trl_trainer(monkeypatch, tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("trl")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ns = run_block("## With TRL: PrioritizedGRPOTrainer", monkeypatch, tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+    calls, trl_share, sampler_share = capsys.readouterr().out.splitlines()[-1].split()
+    assert int(calls) == 8 and float(trl_share) == float(sampler_share)
+    assert (tmp_path / "grpo-out" / "checkpoint-4" / "prompt_sampler.npz").is_file()
+    resumed = ns["PrioritizedGRPOTrainer"](model=ns["model"], reward_funcs=ns["exact_start"], args=ns["args"],
+                                           train_dataset=ns["prompts"], processing_class=ns["tokenizer"],
+                                           prompt_sampler=ns["PromptSampler"](30, 2, group_size=8,
+                                                                             labels=ns["counts"], retest_every=10))
+    resumed.train(resume_from_checkpoint="grpo-out/checkpoint-4")  # the page's resume line works as written
+    assert resumed.prompt_sampler.stats()["feedback_calls"] == 8
+
+
+def test_the_verl_config_lines_name_the_class():
+    pytest.importorskip("torch")
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "prompts.md").read_text()
+    assert "data.sampler.class_path=pkg://replayloader.prompts.verl" in text
+    from replayloader.prompts import verl
+
+    assert "data.sampler.class_name=VerlPromptSampler" in text and hasattr(verl, "VerlPromptSampler")
