@@ -47,6 +47,7 @@ import numba  # noqa: E402
 import numpy as np  # noqa: E402
 from replayloader import ReplayBuffer
 from replayloader.sumtree import SumTree
+from replayloader.kernels.tree import KERNEL_NAMES, KERNELS  # noqa: E402
 from replayloader.strategies import FIFO, EvictLowest, MaxWeight, MeanWeight, SetWeight, Strategy  # noqa: E402
 
 import peers  # noqa: E402
@@ -60,6 +61,8 @@ if peers.TORCHRL_ERROR is None:
 TOKENS = 128
 VOCAB = 30522
 POOL = 64  # distinct input sets per cell, cycled through
+BUFFER_MAX = 1_000_000  # whole buffers of 128 int64 tokens an example: 1 GiB at N = 1e6, so no larger
+PURE_PYTHON_MAX = 1_000_000  # larger pure-Python trees take minutes to build: their cells read "n/a"
 
 
 # ---------------------------------------------------------------------------------------------- replayloader
@@ -74,11 +77,11 @@ class ReplayloaderTree:
 
     ops = ("update", "sample", "step")
 
-    def __init__(self, n, priorities, dtype=np.float64):
+    def __init__(self, n, priorities, dtype=np.float64, kernels="levels"):
         self.dtype = np.dtype(dtype)
-        self.tree = SumTree(n, self.dtype, min_priority=True, min_key=False, raw_sum=False)
+        self.tree = SumTree(n, self.dtype, min_priority=True, min_key=False, raw_sum=False, kernels=kernels)
         self.tree.set(np.arange(n, dtype=np.int64), priorities)
-        self.evicting = SumTree(n, self.dtype, min_priority=True, min_key=True, raw_sum=False)
+        self.evicting = SumTree(n, self.dtype, min_priority=True, min_key=True, raw_sum=False, kernels=kernels)
         self.evicting.set(np.arange(n, dtype=np.int64), priorities)
         self.n = n
         self.one_pass = hasattr(SumTree, "replace_min")
@@ -113,10 +116,13 @@ class ReplayloaderTree:
 class ReplayloaderBuffer:
     """`replayloader.ReplayBuffer`, alpha=1, beta=0.4, priorities set directly (`SetWeight`, `weight=`)."""
 
-    def __init__(self, n, priorities, fill, per_style=False):
+    def __init__(self, n, priorities, fill, per_style=False, kernels="levels"):
         strategy = (Strategy(MaxWeight(), SetWeight(), FIFO()) if per_style
                     else Strategy(MeanWeight(), SetWeight(), EvictLowest()))
         self.buf = ReplayBuffer(n, alpha=1.0, beta=peers.BETA, strategy=strategy, seed=0)
+        if kernels != self.buf.tree.kernels:  # the buffer's own tree, written by the other kernels
+            self.buf.tree.layout[KERNELS] = KERNEL_NAMES[kernels]
+            self.buf.tree.kernels = kernels
         ids = [self.buf.add({"tokens": fill(s, min(n, s + peers.FILL_CHUNK))})
                for s in range(0, n, peers.FILL_CHUNK)]
         self.buf.feedback(np.concatenate(ids), weight=priorities)
@@ -143,10 +149,11 @@ def tree_impls():
     return [
         ("replayloader f64", lambda n, p: ReplayloaderTree(n, p, np.float64), None, False),
         ("replayloader f32", lambda n, p: ReplayloaderTree(n, p, np.float32), None, False),
+        ("replayloader f64 old kernels", lambda n, p: ReplayloaderTree(n, p, np.float64, "walks"), None, False),
         ("TorchRL tree fp32", None if t_err else (lambda n, p: peers.TorchRLTree(n, p, fp64=False)), t_err, True),
         ("TorchRL tree fp64", None if t_err else (lambda n, p: peers.TorchRLTree(n, p, fp64=True)), t_err, True),
         ("cpprb PRB", None if c_err else peers.CpprbTree, c_err, True),
-        ("pure Python", peers.PurePythonTree, None, True),
+        ("pure Python", lambda n, p: peers.PurePythonTree(n, p) if n <= PURE_PYTHON_MAX else None, None, True),
     ]
 
 
@@ -155,6 +162,8 @@ def buffer_impls():
     return [
         ("replayloader (mean init, evict lowest)", ReplayloaderBuffer, None, False),
         ("replayloader (max init, FIFO)", lambda n, p, f: ReplayloaderBuffer(n, p, f, per_style=True), None, False),
+        ("replayloader (mean init, evict lowest) old kernels",
+         lambda n, p, f: ReplayloaderBuffer(n, p, f, kernels="walks"), None, False),
         ("TorchRL PRB (tensor)", None if t_err else peers.TorchRLBuffer, t_err, True),
         ("TorchRL PRB (TensorDict)", None if t_err else peers.TorchRLTensorDictBuffer, t_err, True),
         ("cpprb PRB", None if c_err else peers.CpprbBuffer, c_err, True),
@@ -220,6 +229,10 @@ def run_tree_ops(sizes, ks, cell, log):
                     continue
                 t0 = time.perf_counter()
                 obj = ctor(n, priorities)
+                if obj is None:
+                    for op in results:
+                        results[op].setdefault((n, k), {})[name] = "n/a"
+                    continue
                 built[name] = obj
                 log(f"  built {name} N={n} in {time.perf_counter() - t0:.2f}s")
                 s0 = np.asarray(obj.sample(obj.prep_uniforms(unif[0])))
@@ -256,6 +269,7 @@ def run_tree_ops(sizes, ks, cell, log):
 
 def run_buffer_step(sizes, ks, cell, log):
     results = {}
+    sizes = [n for n in sizes if n <= BUFFER_MAX]
     impls = buffer_impls()
     for n in sizes:
         rng = np.random.default_rng([n, 2])
@@ -423,7 +437,7 @@ def report(args, tree_res, buf_res, elapsed):
     }
     titles = {"update": "update K", "sample": "sample K (stratified)",
               "step": "tree step (add K at the mean with evict-lowest + sample K + update K)"}
-    ours = ["replayloader f64", "replayloader f32"]
+    ours = ["replayloader f64", "replayloader f32", "replayloader f64 old kernels"]
     for op in ("update", "sample", "step"):
         out += [f"## {titles[op]}", "", notes[op], "", table(tree_res[op], tree_impls(), ours), ""]
     out += ["## whole-buffer step with data (add K × 128 int64 tokens + sample K with data + update K)", "",
@@ -434,7 +448,8 @@ def report(args, tree_res, buf_res, elapsed):
             "`sample(K, return_info=True)`, `update_priority` (round-robin writer = FIFO, new items at the max "
             "priority), with plain tensors and with TensorDicts. cpprb: `PrioritizedReplayBuffer(N, alpha=1)`, "
             "`add`, `sample(K, beta=0.4)`, `update_priorities` (FIFO, new items at the max priority).", "",
-            table(buf_res, buffer_impls(), ["replayloader (mean init, evict lowest)"]), ""]
+            table(buf_res, buffer_impls(), ["replayloader (mean init, evict lowest)",
+                                            "replayloader (mean init, evict lowest) old kernels"]), ""]
     # Targets are ratios to the fastest peer measured in the same run (absolute µs depend on the host).
     checks = []
     for (n, k), row in sorted(buf_res.items()):

@@ -9,6 +9,7 @@ import numpy as np
 from . import _checks as checks
 
 from .kernels.tree import (
+    KERNEL_NAMES,
     argmin_key,
     descend,
     make_layout,
@@ -42,11 +43,18 @@ class SumTree:
 
     The class validates shapes and owns the arrays; it holds no policy. Priorities must be finite and >= 0
     (the buffer validates user input before it reaches here). Asking for an untracked quantity raises.
+
+    ``kernels`` picks how a write recomputes the ancestors (`kernels.tree`): ``"levels"`` (default; level by
+    level across the batch) or ``"walks"`` (the original, walk by walk). Both leave the same array with the
+    same values, bit for bit, so draws, totals and minima are the same.
     """
 
     def __init__(self, capacity: int, dtype: np.dtype | type = np.float64, *, min_priority: bool = True,
-                 min_key: bool = True, raw_sum: bool = True) -> None:
+                 min_key: bool = True, raw_sum: bool = True, kernels: str = "levels") -> None:
         capacity = checks.integer("capacity", capacity, 1)
+        if kernels not in KERNEL_NAMES:
+            raise ValueError(f"kernels must be one of {sorted(KERNEL_NAMES)}, got {kernels!r}")
+        self.kernels = kernels
         dtype = np.dtype(dtype)
         if dtype not in (np.dtype(np.float64), np.dtype(np.float32)):
             raise ValueError(f"dtype must be float64 or float32, got {dtype}")
@@ -66,7 +74,7 @@ class SumTree:
         self.raw = self.nodes[:, self.c_raw] if raw_sum else empty
         self.minp[:] = np.inf
         self.keys[:] = np.inf
-        self.layout = make_layout(self.n_leaves, self.c_raw, self.c_minp, self.c_keys)
+        self.layout = make_layout(self.n_leaves, self.c_raw, self.c_minp, self.c_keys, KERNEL_NAMES[kernels])
 
     def _need(self, array: np.ndarray, what: str) -> np.ndarray:
         if array.shape[0] == 0:

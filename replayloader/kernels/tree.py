@@ -15,9 +15,23 @@ between calls, the interleaved layout wins overall.) Columns:
   k smallest are found in O(k log(N/k)) (`minselect`). Empty leaves hold +inf, so they are never evicted.
 * raw_sum: a second sum, of raw weights (before the alpha power), so a mean weight is exact.
 
-Kernels take the tree as two arrays: ``nodes`` and ``layout = [n_leaves, c_raw, c_minp, c_keys]``, the
-leaf count and the column of each optional quantity (-1 when untracked), made by `make_layout`. Every write
-recomputes ancestors from their children instead of adding deltas, so the tree never drifts.
+Kernels take the tree as two arrays: ``nodes`` and ``layout = [n_leaves, c_raw, c_minp, c_keys, kernels]``,
+the leaf count, the column of each optional quantity (-1 when untracked) and which kernels write the tree
+(`LEVELS` or `WALKS`), made by `make_layout`. Every write recomputes ancestors from their children instead of
+adding deltas, so the tree never drifts.
+
+Two sets of write kernels walk the same array, with bit-identical results (the same node values after every
+write; draws are untouched):
+
+* `LEVELS` (the default): a write recomputes the K walks' ancestors level by level across the walks, with no
+  bookkeeping, so the K cache misses of a level overlap (`_ascend_levels`), about twice as fast at N >= 1e5.
+* `WALKS` (the original): each slot's ancestors to the top of the levels wider than 2K, walk by walk
+  (`_ascend_walks`).
+
+A wider node (a descent that reads the four grandchildren of node i, rows 4i..4i+3, one 64-byte line for rows
+of up to 16 bytes, and takes two levels a step, leaf for leaf the same walk) was measured and lost: 0.95-1.11x
+the binary descent at N = 1e4..1e7 (results/bench_sumtree_wide.md, bench/wide_descent.py). The K descents
+already go down together, so their misses overlap and a descent is not bound by the lines it touches.
 """
 from __future__ import annotations
 
@@ -27,12 +41,14 @@ from numba import njit
 from .minselect import select_min_keys
 
 _INF = np.inf
-N_LEAVES, C_RAW, C_MINP, C_KEYS = 0, 1, 2, 3  # positions in a layout vector
+N_LEAVES, C_RAW, C_MINP, C_KEYS, KERNELS = 0, 1, 2, 3, 4  # positions in a layout vector
+LEVELS, WALKS = 0, 1  # values of layout[KERNELS]
+KERNEL_NAMES = {"levels": LEVELS, "walks": WALKS}
 
 
-def make_layout(n_leaves: int, c_raw: int, c_minp: int, c_keys: int) -> np.ndarray:
-    """The layout vector kernels read the tree's shape from (one small array instead of four scalars)."""
-    return np.array([n_leaves, c_raw, c_minp, c_keys], np.int64)
+def make_layout(n_leaves: int, c_raw: int, c_minp: int, c_keys: int, kernels: int = LEVELS) -> np.ndarray:
+    """The layout vector kernels read the tree's shape from (one small array instead of five scalars)."""
+    return np.array([n_leaves, c_raw, c_minp, c_keys, kernels], np.int64)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -49,8 +65,38 @@ def _recompute(nodes, i, c_raw, c_minp, c_keys):
 
 
 @njit(cache=True, nogil=True)
-def _ascend(nodes, c_raw, c_minp, c_keys, n_leaves, slots):
-    """Recompute every ancestor of `slots`, in three regimes measured to be fastest in turn:
+def _ascend_levels(nodes, c_raw, c_minp, c_keys, n_leaves, slots):
+    """Recompute every ancestor of `slots` (the `LEVELS` kernels), in two regimes:
+
+    * levels wider than K: level by level, every walk's node on that level, no bookkeeping. A node shared by
+      several walks is recomputed once per walk, each time from children finished on the level below, so
+      every recomputation gives the same, exact value; the K recomputations of a level are independent, so
+      their cache misses overlap (about twice as fast as `_ascend_walks` at N >= 1e5);
+    * from the first level of at most K nodes: that level and all above it whole, a contiguous pass.
+    """
+    k = slots.shape[0]
+    if k == 0 or n_leaves == 1:  # nothing written, or the single leaf is the root
+        return
+    width = n_leaves >> 1  # the current level's nodes are [width, 2 * width)
+    if width > k:
+        up = np.empty(k, np.int64)
+        for j in range(k):
+            up[j] = (slots[j] + n_leaves) >> 1
+        while width > k:
+            for j in range(k):
+                i = up[j]
+                _recompute(nodes, i, c_raw, c_minp, c_keys)
+                up[j] = i >> 1
+            width >>= 1
+    while width >= 1:  # whole levels from here to the root
+        for i in range(width, 2 * width):
+            _recompute(nodes, i, c_raw, c_minp, c_keys)
+        width >>= 1
+
+
+@njit(cache=True, nogil=True)
+def _ascend_walks(nodes, c_raw, c_minp, c_keys, n_leaves, slots):
+    """Recompute every ancestor of `slots` (the `WALKS` kernels), in three regimes measured to be fastest in turn:
 
     * levels wider than 2K, where walks rarely meet: walk by walk to the top of that band, with no bookkeeping
       between levels (a node shared by two walks is recomputed by the later one, after the earlier one changed
@@ -106,7 +152,10 @@ def set_leaves(nodes, layout, slots, priorities, new_keys, new_raw):
             nodes[i, c_minp] = p if p > 0 else _INF
         if c_keys >= 0:
             nodes[i, c_keys] = new_keys[j]
-    _ascend(nodes, c_raw, c_minp, c_keys, n_leaves, slots)
+    if layout[KERNELS] == WALKS:
+        _ascend_walks(nodes, c_raw, c_minp, c_keys, n_leaves, slots)
+    else:
+        _ascend_levels(nodes, c_raw, c_minp, c_keys, n_leaves, slots)
 
 
 @njit(cache=True, nogil=True)

@@ -26,10 +26,14 @@ class ReferenceTree:
         return np.array(out)
 
 
+KERNELS = ["levels", "walks"]  # every test of the tree runs on both write kernels
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
 @settings(max_examples=150, deadline=None)
 @given(capacity=st.integers(1, 70), data=st.data())
-def test_random_operation_sequences_match_reference(capacity, data):
-    tree, ref = SumTree(capacity), ReferenceTree(capacity)
+def test_random_operation_sequences_match_reference(kernels, capacity, data):
+    tree, ref = SumTree(capacity, kernels=kernels), ReferenceTree(capacity)
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     for _ in range(data.draw(st.integers(1, 12))):
         op = data.draw(st.sampled_from(["set", "set", "pop", "replace", "sample"]))
@@ -60,12 +64,57 @@ def test_random_operation_sequences_match_reference(capacity, data):
         if np.isfinite(ref.k).any():
             assert tree.argmin() == int(np.argmin(ref.k))
         np.testing.assert_array_equal(tree.get(np.arange(capacity)), ref.p)
+        assert_parents_are_children_recomputed(tree)
+
+
+def assert_parents_are_children_recomputed(tree):
+    """Every internal node holds exactly (bit for bit) what its children give: sums added, minima taken."""
+    p = tree.n_leaves
+    for column, combine in ((tree.sums, np.add), (tree.raw, np.add), (tree.minp, np.minimum),
+                            (tree.keys, np.minimum)):
+        if column.shape[0]:
+            np.testing.assert_array_equal(column[1:p], combine(column[2:2 * p:2], column[3:2 * p:2]))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_edges_never_return_zero_or_out_of_range_leaves(dtype):
+@pytest.mark.parametrize("columns", [(True, True, True), (True, False, False), (False, False, False),
+                                     (False, True, False)])
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(capacity=st.integers(1, 3000), data=st.data())
+def test_write_kernels_give_bit_identical_trees_and_draws(dtype, columns, capacity, data):
+    # The level-by-level writes ("levels") against the original walk-by-walk ones ("walks") and a numpy
+    # reference: the same node values bit for bit after every batch (K from 1 to past the leaf count, so both
+    # regimes of each ascent run, duplicates included), the same leaf for every uniform, exact totals.
+    min_priority, min_key, raw_sum = columns
+    trees = [SumTree(capacity, dtype, min_priority=min_priority, min_key=min_key, raw_sum=raw_sum, kernels=name)
+             for name in KERNELS]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    leaves = np.zeros(capacity, dtype)
+    for _ in range(data.draw(st.integers(1, 6))):
+        k = data.draw(st.sampled_from([1, 2, 7, 64, 300, 2 * capacity]))
+        slots = rng.integers(0, capacity, k)
+        prios = (rng.random(k) * 10.0 ** rng.integers(-6, 6, k)).astype(dtype)
+        prios[rng.random(k) < 0.2] = 0.0
+        for tree in trees:
+            tree.set(slots, prios, prios + 1, prios * 2)
+        for s, v in zip(slots, prios):
+            leaves[s] = v
+        np.testing.assert_array_equal(trees[0].nodes, trees[1].nodes)
+        np.testing.assert_array_equal(trees[0].get(np.arange(capacity)), leaves)
+        assert_parents_are_children_recomputed(trees[0])
+        if leaves.sum() > 0:
+            u = rng.random(256)
+            for stratified in (True, False):
+                drawn = trees[0].sample(u, stratified)
+                np.testing.assert_array_equal(drawn, trees[1].sample(u, stratified))
+                assert (leaves[drawn] > 0).all()
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_edges_never_return_zero_or_out_of_range_leaves(dtype, kernels):
     # Mass concentrated at the ends with zeros between, and uniforms at the very edge of [0, 1).
-    tree = SumTree(1000, dtype)
+    tree = SumTree(1000, dtype, kernels=kernels)
     prios = np.zeros(1000)
     prios[[0, 3, 998]] = [1e-30, 1.0, 1e-7]
     tree.set(np.arange(1000), prios)
@@ -74,35 +123,39 @@ def test_edges_never_return_zero_or_out_of_range_leaves(dtype):
         slots = tree.sample(np.resize(edge, 64), stratified=stratified)
         assert set(slots.tolist()) <= {0, 3, 998}
     # capacity not a power of two: the padding leaves past the end must never be returned
-    tree = SumTree(5, dtype)
+    tree = SumTree(5, dtype, kernels=kernels)
     tree.set(np.arange(5), np.array([0.0, 0.0, 0.0, 0.0, 1e-3]))
     assert (tree.sample(np.array([np.nextafter(1.0, 0.0)] * 8)) == 4).all()
 
 
-def test_duplicate_slots_last_write_wins():
-    tree = SumTree(8)
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_duplicate_slots_last_write_wins(kernels):
+    tree = SumTree(8, kernels=kernels)
     tree.set(np.array([2, 5, 2, 2]), np.array([1.0, 2.0, 3.0, 7.0]))
     assert tree.get(np.array([2, 5])).tolist() == [7.0, 2.0]
     assert tree.total == 9.0
 
 
-def test_parents_recomputed_without_drift():
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_parents_recomputed_without_drift(kernels):
     # Delta-updated trees accumulate error; recomputing from children must give the exact sum of the leaves.
     rng = np.random.default_rng(0)
-    tree = SumTree(4096)
+    tree = SumTree(4096, kernels=kernels)
     leaves = np.zeros(4096)
     for _ in range(2000):
         slots = rng.integers(0, 4096, 64)
         prios = rng.random(64) * 10.0 ** rng.integers(-8, 8, 64)
         tree.set(slots, prios)
         leaves[slots] = prios
+    assert_parents_are_children_recomputed(tree)
     tree.set(np.arange(4096), np.zeros(4096))
     assert tree.total == 0.0
     assert tree.min_priority() == np.inf
 
 
-def test_pop_min_breaks_ties_by_lowest_slot_and_skips_empty():
-    tree = SumTree(6)
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_pop_min_breaks_ties_by_lowest_slot_and_skips_empty(kernels):
+    tree = SumTree(6, kernels=kernels)
     tree.set(np.arange(4), np.array([2.0, 1.0, 1.0, 3.0]))
     assert tree.pop_min(3).tolist() == [1, 2, 0]
     assert tree.argmin() == 3
@@ -122,6 +175,8 @@ def test_bad_arguments():
         SumTree(0)
     with pytest.raises(ValueError, match="dtype"):
         SumTree(4, np.int32)
+    with pytest.raises(ValueError, match="kernels"):
+        SumTree(4, kernels="wide")
     tree = SumTree(4)
     with pytest.raises(IndexError, match="slots"):
         tree.set(np.array([4]), np.array([1.0]))
@@ -129,19 +184,21 @@ def test_bad_arguments():
         tree.sample(np.array([0.5]))
 
 
+@pytest.mark.parametrize("kernels", KERNELS)
 @pytest.mark.parametrize("capacity,k", [(1000, 128), (1000, 3), (64, 64), (100, 50)])
-def test_pop_min_gives_key_then_slot_order(capacity, k):
+def test_pop_min_gives_key_then_slot_order(capacity, k, kernels):
     rng = np.random.default_rng(capacity + k)
     keys = rng.integers(0, 20, capacity).astype(float)  # many ties
-    tree = SumTree(capacity)
+    tree = SumTree(capacity, kernels=kernels)
     tree.set(np.arange(capacity), keys + 1, keys)
     want = np.lexsort((np.arange(capacity), keys))[:k]
     np.testing.assert_array_equal(tree.pop_min(k), want)
     assert tree.total == pytest.approx(np.delete(keys + 1, want).sum())
 
 
-def test_pop_min_without_emptying_keeps_priorities_until_set():
-    tree = SumTree(4)
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_pop_min_without_emptying_keeps_priorities_until_set(kernels):
+    tree = SumTree(4, kernels=kernels)
     tree.set(np.arange(4), np.array([4.0, 1.0, 3.0, 2.0]))
     assert tree.pop_min(2, empty=False).tolist() == [1, 3]
     assert tree.total == 10.0 and tree.argmin() == 2
@@ -149,8 +206,9 @@ def test_pop_min_without_emptying_keeps_priorities_until_set():
     assert tree.total == 18.0 and tree.argmin() == 2
 
 
-def test_taking_more_lowest_leaves_than_hold_keys_is_an_error_and_changes_nothing():
-    tree = SumTree(8)
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_taking_more_lowest_leaves_than_hold_keys_is_an_error_and_changes_nothing(kernels):
+    tree = SumTree(8, kernels=kernels)
     tree.set(np.arange(3), np.array([3.0, 1.0, 2.0]))
     before = (tree.sums.copy(), tree.keys.copy())
     for take in (lambda: tree.pop_min(4), lambda: tree.replace_min(4, 1.0)):
