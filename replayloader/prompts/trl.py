@@ -230,7 +230,13 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
     def sampler_state(self) -> dict:
         """The sampler's state as the training steps so far left it: the indices the DataLoader read ahead of them
         (lost with the process) count as not handed out, so a resumed sampler hands them out again."""
-        return self.prompt_sampler.state_dict(unconsumed=self.prompt_sampler.yielded - self._consumed)
+        ahead = self.prompt_sampler.yielded - self._consumed
+        try:
+            return self.prompt_sampler.state_dict(unconsumed=ahead)
+        except ValueError as exc:
+            raise RuntimeError(f"the DataLoader read {ahead} prompt indices ahead of training, beyond the generation "
+                               f"batch being handed out, so a checkpoint cannot hand them out again (DataLoader "
+                               f"workers read ahead: set dataloader_num_workers=0)") from exc
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
         """``GRPOTrainer.train``; resuming also restores the prompt sampler from the checkpoint's
