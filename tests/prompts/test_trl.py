@@ -158,3 +158,12 @@ def test_the_docstring_example_runs():
 
     result = doctest.testmod(module)
     assert result.attempted and not result.failed
+
+
+def test_positional_arguments_and_remove_unused_columns_keep_the_index(tmp_path):
+    reward = tiny.StreamReward(group=4)
+    run = PrioritizedGRPOTrainer(tiny.model(), reward, tiny.config(tmp_path, max_steps=2, remove_unused_columns=True),
+                                 tiny.prompts(), processing_class=tiny.tokenizer())
+    assert "prompt_index" in run.train_dataset.column_names
+    run.train()
+    assert len(reward.calls) == 2 and run.prompt_sampler.stats()["groups"] == 4
