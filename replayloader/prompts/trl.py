@@ -191,8 +191,9 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
         table = rewards.detach().to(torch.float64).cpu().numpy()  # (completions of all processes, functions)
         names = list(self.reward_func_names)
         if self.feedback_column is None:
-            used = np.flatnonzero(self.reward_weights.detach().cpu().numpy() != 0)
-            values = table[:, used] @ self.reward_weights.detach().cpu().numpy().astype(np.float64)[used]
+            weights = self.reward_weights.detach().cpu().numpy().astype(np.float64)
+            used = np.flatnonzero(weights != 0)  # a function weighted 0 neither trains nor feeds the sampler
+            values = table[:, used] @ weights[used]
             source = f"the weighted sum of reward_funcs {names}"
         else:
             used = np.array([self.feedback_column])
@@ -214,9 +215,9 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
             self.prompt_sampler.feedback(indices, rewards=mine, policy_step=self.state.global_step)
         except ValueError as exc:
             raise ValueError(f"the prompt sampler refused the rewards of {source}: {exc}") from exc
-        stats = self.prompt_sampler.counters
+        # per generation, averaged over a log line's steps as TRL averages its own metrics
         self._metrics["train"]["prompts/frac_zero_variance"].append(self.prompt_sampler.prompts.last_zero_variance)
-        self._metrics["train"]["prompts/lag"].append(float(stats["lag"]))
+        self._metrics["train"]["prompts/lag"].append(float(self.prompt_sampler.counters["lag"]))
 
     def log(self, logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
         """TRL's log line, with the sampler's counts on training lines (O(N): once per log, not per step)."""
