@@ -6,6 +6,9 @@ changes, and a bad value gets the same sentence everywhere, naming the argument 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,4 +56,20 @@ def one_of(name: str, value: Any, allowed: tuple) -> Any:
     """``value`` if it is one of ``allowed``; else a ValueError naming ``name``, the choices and the value."""
     if not isinstance(value, str | int) or value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
+
+
+def path(name: str, value: Any) -> Path:
+    """``value`` as a `Path`, if it is a str or an ``os.PathLike`` of one; else a TypeError naming ``name``."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {value!r}")
+    return Path(value)
+
+
+def function(name: str, value: Any) -> Callable:
+    """``value`` if it is callable; else a TypeError naming ``name`` and the type it got."""
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
     return value

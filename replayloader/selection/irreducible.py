@@ -21,12 +21,18 @@ naming the file and the field, or, with ``on_invalid="refit"``, is fitted again 
 RHO-LOSS subtracts these losses from every score, so a file that loads silently wrong corrupts the whole run
 without a sign (issue 43: a NaN or a short loss array used to load with ``loaded=True``).
 
-`irreducible_losses` is the 1.0 function, kept for old callers; its file is validated the same way.
+`irreducible_losses` is the 1.0 function, kept for old callers; its file is validated the same way. Its file
+holds losses and their cost only (no IL model, quality or provenance), so `fit_irreducible` and
+`IrreducibleModel.load` refuse it and `IrreducibleLosses.load` reads it.
 
-Files written by 1.0 (plain ``np.savez``, no digest, no count of training examples) still load, validated, when
-the caller says how many training examples there are (``num_examples``, which `irreducible_losses` always
-does); without it they are refused with a message that says to pass it or to fit again, since a file that
-cannot say how many losses it should hold cannot be checked.
+Files written by 1.0 are plain ``np.savez`` archives with no digest and no count of training examples: the
+losses file (`irreducible_losses`: ``losses`` plus ``train_cpu_s``, ``score_cpu_s``, ``train_wall_s``,
+``score_wall_s``) and the IL model file (`fit_irreducible`: those, the two ``select_*`` costs, ``quality``,
+``best_step``, ``steps``, ``higher_is_better``, ``curve_steps``, ``curve_quality`` and a JSON ``meta``). They
+load, validated, only when the caller says how many training examples there are (``num_examples``, which
+`irreducible_losses` always does): the model file wherever a model file loads, the losses file wherever a
+losses file loads. Without ``num_examples`` they are refused with a message saying to pass it, since a file
+that cannot say how many losses it should hold cannot be checked.
 """
 from __future__ import annotations
 
@@ -62,19 +68,26 @@ class IrreducibleLosses:
     score_wall_s: float
 
     def save(self, path: str | Path) -> None:
-        """One state file (`replayloader.state.save_state`: atomic, digested) holding the losses and their cost."""
-        save_state({"format": FORMAT, "kind": "losses", "examples": len(self.losses),
-                    "losses": np.asarray(self.losses, np.float64),
-                    **{key: float(getattr(self, key)) for key in _COSTS}}, path)
+        """One state file (`replayloader.state.save_state`: atomic, digested) holding the losses and their cost.
+        Checked first with the checks `load` makes (one finite loss per example, costs finite and >= 0): a
+        ValueError naming the field otherwise, and nothing is written."""
+        path = checks.path("path", path)
+        save_state(_checked_for_save(self, "losses", path, {}), path)
 
     @classmethod
     def load(cls, path: str | Path, *, num_examples: int | None = None) -> IrreducibleLosses:
-        """The losses and cost of a file `save` or `IrreducibleModel.save` wrote, validated (`InvalidState` naming
-        the file and the field otherwise); ``num_examples``, if given, must match (a ValueError otherwise), and
-        is required for a file written by 1.0, which records no count to check its losses against."""
+        """The losses and cost of any irreducible-loss file: one `save`, `IrreducibleModel.save` or
+        `fit_irreducible` wrote, or either file of 1.0 (plain ``np.savez``), validated (`InvalidState` naming the
+        file and the field otherwise). ``num_examples``, if given, must equal the file's count of losses
+        (`ProvenanceMismatch`, a ValueError, otherwise); a 1.0 file records no count, so it loads only with
+        ``num_examples``."""
+        path = checks.path("path", path)
         if num_examples is not None:
             num_examples = checks.integer("num_examples", num_examples, 1)
-        found = _read_validated(Path(path), num_examples)
+        try:
+            found = _read_validated(path, num_examples, model=False)
+        except _Unusable as err:
+            raise InvalidState(f"{err}; {err.hint}") from None
         _check_count(path, found["losses"], num_examples)
         return cls(found["losses"], *(found[key] for key in ("train_cpu_s", "score_cpu_s", "train_wall_s",
                                                              "score_wall_s")))
@@ -87,21 +100,17 @@ def irreducible_losses(path: str | Path, num_examples: int, train: Callable[[], 
     held-out split), ``losses = score(model)`` (per-example loss of every training example, dataset order, shape
     (num_examples,)), check them (finite), save them to ``path`` with their cost, and return them. A damaged file
     raises `InvalidState` (see `IrreducibleLosses.load`)."""
-    path = Path(path)
+    path = checks.path("path", path)
     num_examples = checks.integer("num_examples", num_examples, 1)
+    train, score = checks.function("train", train), checks.function("score", score)
     if path.exists():
         return IrreducibleLosses.load(path, num_examples=num_examples)
     cpu, wall = time.process_time(), time.perf_counter()
     model = train()
     cpu_train, wall_train = time.process_time(), time.perf_counter()
-    losses = np.array(to_numpy(score(model), "losses"), np.float64)
+    scored = score(model)
     cpu_score, wall_score = time.process_time(), time.perf_counter()
-    if losses.shape != (num_examples,):
-        raise ValueError(f"score(model) must return one loss per training example, shape ({num_examples},), got "
-                         f"{losses.shape}")
-    bad = np.flatnonzero(~np.isfinite(losses))
-    if len(bad):
-        raise ValueError(f"score(model) returned a non-finite loss: losses[{bad[0]}] = {losses[bad[0]]}")
+    losses = _scored_losses(scored, "score(model)", num_examples)
     result = IrreducibleLosses(losses, cpu_train - cpu, cpu_score - cpu_train, wall_train - wall,
                                wall_score - wall_train)
     result.save(path)
@@ -120,13 +129,13 @@ _FIT_KEYS = ("fit.steps", "fit.eval_every", "fit.higher_is_better")  # how the m
 class ProvenanceMismatch(ValueError):
     """A saved irreducible-loss file was made from other inputs than the ones given now (``differing``: the keys)."""
 
-    def __init__(self, path: str | Path, differing: dict[str, tuple[Any, Any]]) -> None:
+    def __init__(self, path: str | Path, differing: dict[str, tuple[Any, Any]], message: str | None = None) -> None:
         self.path, self.differing = str(path), differing
         listed = "; ".join(f"{key}: saved {_short(saved)}, given {_short(given)}"
                            for key, (saved, given) in differing.items())
-        super().__init__(f"{path} holds irreducible losses made from other inputs ({len(differing)} differing "
-                         f"provenance key{'s' if len(differing) != 1 else ''}: {listed}); delete it, or give "
-                         f"another path, to fit the irreducible-loss model for these inputs")
+        super().__init__(message or f"{path} holds irreducible losses made from other inputs ({len(differing)} "
+                         f"differing provenance key{'s' if len(differing) != 1 else ''}: {listed}); delete it, or "
+                         f"give another path, to fit the irreducible-loss model for these inputs")
 
 
 def _canonical(value: Any) -> str:
@@ -243,43 +252,67 @@ class IrreducibleModel:
     def save(self, path: str | Path) -> None:
         """One state file (`replayloader.state.save_state`: atomic, every array digested); `load` validates it and
         `IrreducibleLosses.load` reads its losses and cost too. Provenance and fit are kept as JSON text, so their
-        keys may hold any character (state keys may not hold '.')."""
-        save_state({"format": FORMAT, "kind": "model", "examples": len(self.losses),
-                    "losses": np.asarray(self.losses, np.float64),
-                    **{key: float(getattr(self, key)) for key in _COSTS + _SELECT_COSTS},
-                    "quality": float(self.quality), "best_step": int(self.best_step), "steps": int(self.steps),
-                    "higher_is_better": bool(self.higher_is_better),
-                    "curve_steps": np.array([c[0] for c in self.curve], np.int64),
-                    "curve_quality": np.array([c[1] for c in self.curve], np.float64),
-                    "provenance": json.dumps(self.provenance, sort_keys=True),
-                    "fit": json.dumps(self.fit, sort_keys=True)}, path)
+        keys may hold any character (state keys may not hold '.'). Checked first with the checks `load` makes
+        (finite losses, costs finite and >= 0, the best step inside the fit and on the curve with the curve's
+        quality, ...): a ValueError naming the field otherwise, and nothing is written."""
+        path = checks.path("path", path)
+        where = type(self).__name__
+        try:
+            curve = [(step, quality) for step, quality in self.curve]
+            provenance, fit = (json.dumps(getattr(self, key), sort_keys=True) for key in ("provenance", "fit"))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{where}: curve must be (step, quality) pairs and provenance and fit JSON-able "
+                             f"({err}); nothing was written to {path}") from None
+        raw = {key: getattr(self, key) for key in _SELECT_COSTS + ("quality", "best_step", "steps",
+                                                                  "higher_is_better")}
+        raw.update(curve_steps=np.asarray([c[0] for c in curve]), curve_quality=np.asarray([c[1] for c in curve]),
+                   provenance=provenance, fit=fit)
+        save_state(_checked_for_save(self, "model", path, raw), path)
 
     @classmethod
     def load(cls, path: str | Path, *, num_examples: int | None = None) -> IrreducibleModel:
-        """Read a file `save` wrote, validated: losses finite, one per training example the file records; costs
-        finite and >= 0; the best step inside the fit and on its curve, with the curve's quality. A file that
-        fails raises `InvalidState` naming the file and the field; one without provenance (written by
-        `irreducible_losses`) is refused too. ``num_examples``, if given, must match (a ValueError otherwise);
-        a file written by 1.0 records no count, so it loads only with ``num_examples``."""
+        """Read an IL model file (`save` or `fit_irreducible` wrote it), validated: losses finite, one per
+        training example the file records; costs finite and >= 0; the best step inside the fit and on its curve,
+        with ``quality`` equal to the curve's value there. A file that fails raises `InvalidState` naming the
+        file and the field. A file that holds losses only (`irreducible_losses` or `IrreducibleLosses.save`, of
+        this version or 1.0) has no IL model to load: it is refused, saying to read it with
+        `IrreducibleLosses.load`. ``num_examples``, if given, must equal the file's count of losses
+        (`ProvenanceMismatch`, a ValueError, otherwise); the IL model file of 1.0 (plain ``np.savez``) records
+        no count, so it loads only with ``num_examples``."""
+        path = checks.path("path", path)
         if num_examples is not None:
             num_examples = checks.integer("num_examples", num_examples, 1)
-        found = _load_model(Path(path), num_examples)
+        try:
+            found = _load_model(path, num_examples)
+        except _Unusable as err:
+            raise InvalidState(f"{err}; {err.hint}") from None
         _check_count(path, found.losses, num_examples)
         return found
 
 
 def _check_count(path: str | Path, losses: np.ndarray, num_examples: int | None) -> None:
-    """A valid file made for another number of training examples: the caller's inputs differ, not the file."""
+    """A valid file made for another number of training examples: the caller's inputs differ, not the file, so
+    it is a `ProvenanceMismatch` (never refit), keyed ``num_examples``."""
     if num_examples is not None and len(losses) != num_examples:
-        raise ValueError(f"{path} holds {len(losses)} irreducible losses, expected num_examples = {num_examples}; "
-                         f"delete it, or give another path, to compute them for these inputs")
+        raise ProvenanceMismatch(path, {"num_examples": (len(losses), num_examples)},
+                                 f"{path} holds {len(losses)} irreducible losses, expected num_examples = "
+                                 f"{num_examples}; delete it, or give another path, to compute them for these inputs")
+
+
+class _Unusable(InvalidState):
+    """A file this call cannot use as it stands, though it may be sound: ``hint`` is the one way forward for a
+    direct load (`fit_irreducible` words its own)."""
+
+    def __init__(self, message: str, hint: str, *, no_count: bool = False) -> None:
+        super().__init__(message)
+        self.hint, self.no_count = hint, no_count
+
+
+_NUM_EXAMPLES_HINT = "pass num_examples=<number of training examples> to load it validated"
 
 
 def _load_model(path: Path, num_examples: int | None) -> IrreducibleModel:
-    found = _read_validated(path, num_examples)
-    if found["kind"] != "model":
-        raise InvalidState(f"{path} has no provenance (written by irreducible_losses, or not by this library); "
-                           f"delete it, or give another path, to fit the irreducible-loss model")
+    found = _read_validated(path, num_examples, model=True)
     losses = found["losses"]
     losses.flags.writeable = False
     return IrreducibleModel(losses, found["quality"], found["best_step"], found["steps"], found["higher_is_better"],
@@ -289,7 +322,7 @@ def _load_model(path: Path, num_examples: int | None) -> IrreducibleModel:
                             loaded=True, fit=found["fit"])
 
 
-def _read_validated(path: Path, num_examples: int | None) -> dict[str, Any]:
+def _read_validated(path: Path, num_examples: int | None, *, model: bool) -> dict[str, Any]:
     """Every field of an irreducible-loss file, checked (`InvalidState` naming the file and the field otherwise).
 
     Nothing is returned, and no object built, until the whole file has passed: a refused file leaves nothing
@@ -303,12 +336,12 @@ def _read_validated(path: Path, num_examples: int | None) -> dict[str, Any]:
     except Exception:  # unreadable here means unreadable for load_state too: it says why in the library's words
         legacy = False
     if legacy:
-        return _validated(_read_legacy(path), where, num_examples, legacy=True)
+        return _validated(_read_legacy(path), where, num_examples, legacy=True, model=model)
     try:
         fields = load_state(path)
     except StateFileError as err:
         raise InvalidState(" ".join(str(err).split("\n"))) from None
-    return _validated(fields, where, num_examples, legacy=False)
+    return _validated(fields, where, num_examples, legacy=False, model=model)
 
 
 def _read_legacy(path: Path) -> dict[str, Any]:
@@ -343,23 +376,29 @@ def _json_object(value: Any, name: str, *, empty: bool) -> dict:
     return value
 
 
-def _validated(fields: Any, where: str, num_examples: int | None, *, legacy: bool) -> dict[str, Any]:
+def _validated(fields: Any, where: str, num_examples: int | None, *, legacy: bool,
+               model: bool = False) -> dict[str, Any]:
     """The checks of issue 43, for either layout; the counts of the file, never the caller's, size the losses
-    (except in a 1.0 file, which records none: there ``num_examples`` is required)."""
+    (except in a 1.0 file, which records none: there ``num_examples`` is required). ``model``: the caller needs
+    an IL model (quality, curve, provenance), so a file of losses only is refused before anything else."""
     state_checks.require(isinstance(fields, dict), f"{where} must hold a mapping, got {type(fields).__name__}")
-    if legacy:
-        kind = "model" if "meta" in fields else "losses"
-        if num_examples is None:
-            raise InvalidState(f"{where} was written by replayloader 1.0 (np.savez: no digest, no count of training "
-                               f"examples), so its losses cannot be checked: pass num_examples=<number of training "
-                               f"examples> to load it validated, or delete it to compute the losses again")
-        examples = num_examples
-    else:
+    if not legacy:
         state_checks.require(fields.get("format") == FORMAT,
                              f"{where}['format'] must be {FORMAT!r}, got {_short(fields.get('format'))}")
-        kind = fields.get("kind")
-        state_checks.require(kind in ("model", "losses"), f"{where}['kind'] must be 'model' or 'losses', got "
-                                                          f"{_short(kind)}")
+    kind = ("model" if "meta" in fields else "losses") if legacy else fields.get("kind")
+    state_checks.require(kind in ("model", "losses"), f"{where}['kind'] must be 'model' or 'losses', got "
+                                                      f"{_short(kind)}")
+    if model and kind == "losses":
+        raise _Unusable(f"{where} has no provenance (written by irreducible_losses or IrreducibleLosses.save"
+                        f"{' of replayloader 1.0' if legacy else ''}): it holds irreducible losses only, no IL model "
+                        f"to load or to check against these inputs",
+                        "read its losses with IrreducibleLosses.load")
+    if legacy:
+        if num_examples is None:
+            raise _Unusable(f"{where} was written by replayloader 1.0 (np.savez: no digest, no count of training "
+                            f"examples), so its losses cannot be checked", _NUM_EXAMPLES_HINT, no_count=True)
+        examples = num_examples
+    else:
         examples = state_checks.integer(fields, "examples", where, 1)
     losses = state_checks.array(fields, "losses", where, (examples,), "f", np.float64)
     state_checks.finite(losses, f"{where}['losses']")
@@ -390,6 +429,49 @@ def _validated(fields: Any, where: str, num_examples: int | None, *, legacy: boo
     return found
 
 
+def _checked_for_save(item: Any, kind: str, path: Path, raw: dict) -> dict[str, Any]:
+    """The fields `save` writes, after the checks `load` makes (`_validated`), so a file `save` writes always
+    loads: a ValueError naming the field otherwise, before anything is written."""
+    where = type(item).__name__
+    losses = to_numpy(item.losses, "losses")
+    if losses.ndim != 1 or losses.size == 0:
+        raise ValueError(f"{where}['losses'] must hold one loss per training example (a non-empty 1-D array), got "
+                         f"shape {losses.shape}; nothing was written to {path}")
+    raw = {"format": FORMAT, "kind": kind, "examples": len(losses), "losses": losses,
+           **{key: getattr(item, key) for key in _COSTS}, **raw}
+    try:
+        found = _validated(raw, where, None, legacy=False)
+    except InvalidState as err:
+        raise ValueError(f"{err}; nothing was written to {path}") from None
+    fields = {"format": FORMAT, "kind": kind, "examples": len(found["losses"]), "losses": found["losses"],
+              **{key: found[key] for key in _COSTS + (_SELECT_COSTS if kind == "model" else ())}}
+    if kind == "model":
+        fields.update(quality=found["quality"], best_step=found["best_step"], steps=found["steps"],
+                      higher_is_better=found["higher_is_better"],
+                      curve_steps=np.array([c[0] for c in found["curve"]], np.int64),
+                      curve_quality=np.array([c[1] for c in found["curve"]], np.float64),
+                      provenance=json.dumps(found["provenance"], sort_keys=True),
+                      fit=json.dumps(found["fit"], sort_keys=True))
+    return fields
+
+
+def _scored_losses(value: Any, who: str, num_examples: int | None) -> np.ndarray:
+    """What ``score`` returned, as one finite float64 loss per training example (a ValueError naming ``who``,
+    and ``num_examples`` where it set the count, otherwise)."""
+    losses = to_numpy(value, "losses")
+    if losses.dtype.kind not in "iuf":
+        raise ValueError(f"{who} must return numbers, one loss per training example, got dtype {losses.dtype}")
+    losses = np.array(losses, np.float64)
+    if losses.ndim != 1 or losses.size == 0 or (num_examples is not None and losses.shape != (num_examples,)):
+        want = f"({num_examples},)" if num_examples is not None else "(N,)"
+        said = f" (num_examples = {num_examples})" if num_examples is not None else ""
+        raise ValueError(f"{who} must return one loss per training example, shape {want}, got {losses.shape}{said}")
+    bad = np.flatnonzero(~np.isfinite(losses))
+    if len(bad):
+        raise ValueError(f"{who} returned a non-finite loss: losses[{bad[0]}] = {losses[bad[0]]}")
+    return losses
+
+
 class _Clock:
     """CPU and wall seconds spent inside ``with clock:`` blocks, summed."""
 
@@ -402,12 +484,6 @@ class _Clock:
     def __exit__(self, *exc: Any) -> None:
         self.cpu += time.process_time() - self._cpu
         self.wall += time.perf_counter() - self._wall
-
-
-def _callable(name: str, value: Any) -> Callable:
-    if not callable(value):
-        raise TypeError(f"{name} must be callable, got {type(value).__name__}")
-    return value
 
 
 def fit_irreducible(path: str | Path, *, train: Callable[[int], Any], evaluate: Callable[[], float],
@@ -438,21 +514,24 @@ def fit_irreducible(path: str | Path, *, train: Callable[[int], Any], evaluate: 
     (with ``steps``, ``eval_every``, ``higher_is_better``) when the file exists: any difference raises
     `ProvenanceMismatch` listing the keys. ``target``: the quality the main run aims at, in ``evaluate``'s units;
     if the IL model's best is worse, one `UserWarning` line says so (RHO-LOSS stalls near the IL model's quality,
-    fitted or loaded alike). ``num_examples``: the expected number of losses, checked (and required to load a
-    file written by 1.0, which records no count).
+    fitted or loaded alike). ``num_examples``: the expected number of losses (pass it: the file's own count is
+    checked against its losses, but only ``num_examples`` ties it to your training set); a loaded file with
+    another count raises `ProvenanceMismatch` (key ``num_examples``), and it is required to load the IL model file
+    of 1.0, which records no count.
 
     A file at ``path`` that fails validation (unreadable, truncated, damaged bytes, non-finite or missing losses,
-    negative costs, a best step outside the fit: see `IrreducibleModel.load`) raises `InvalidState` in one line
-    naming the file and the field, before anything is trained or written (``on_invalid="refuse"``, the default:
-    a file that silently changed should be looked at, not papered over). With ``on_invalid="refit"`` it is fitted
-    again and replaced (atomically, only once the new fit is valid), and one `UserWarning` line says why. A
-    `ProvenanceMismatch` is never refit: that file is valid, for other inputs.
+    negative costs, a best step outside the fit: see `IrreducibleModel.load`), or that holds losses only (written
+    by `irreducible_losses`), raises `InvalidState` in one line naming the file and the field, before anything is
+    trained or written (``on_invalid="refuse"``, the default: a file that silently changed should be looked at,
+    not papered over). With ``on_invalid="refit"`` it is fitted again and replaced (atomically, only once the new
+    fit is valid), and one `UserWarning` line says why. A `ProvenanceMismatch` (other provenance, or another
+    ``num_examples``) is never refit: that file is valid, for other inputs.
 
     Returns an `IrreducibleModel` (losses, quality, curve, cost, provenance, ``loaded``). Nothing is written unless
     the fit and its scores are valid (finite evaluations, one finite loss per example).
     """
-    path = Path(path)
-    callables = {name: _callable(name, value) for name, value in
+    path = checks.path("path", path)
+    callables = {name: checks.function(name, value) for name, value in
                  (("train", train), ("evaluate", evaluate), ("snapshot", snapshot), ("restore", restore),
                   ("score", score))}
     steps = checks.integer("steps", steps, 1)
@@ -473,8 +552,10 @@ def fit_irreducible(path: str | Path, *, train: Callable[[int], Any], evaluate: 
             found = _load_model(path, num_examples)
         except InvalidState as err:
             if on_invalid == "refuse":
-                raise InvalidState(f"{err}; delete it, or pass on_invalid='refit', to fit the irreducible-loss "
-                                   f"model again") from None
+                hint = "delete it, or pass on_invalid='refit', to fit the irreducible-loss model again"
+                if isinstance(err, _Unusable) and err.no_count:
+                    hint = f"{_NUM_EXAMPLES_HINT} (on_invalid='refit' fits the model again instead)"
+                raise InvalidState(f"{err}; {hint}") from None
             warnings.warn(f"refitting the irreducible-loss model, as on_invalid='refit' asks: {err}", UserWarning,
                           stacklevel=2)
     if found is not None:
@@ -514,13 +595,8 @@ def _fit(calls: dict, steps: int, eval_every: int, higher_is_better: bool, num_e
     with selected:
         calls["restore"](best)
     with scored:
-        losses = np.array(to_numpy(calls["score"](), "losses"), np.float64)
-    if losses.ndim != 1 or losses.size == 0 or (num_examples is not None and losses.shape != (num_examples,)):
-        want = f"({num_examples},)" if num_examples is not None else "(N,)"
-        raise ValueError(f"score() must return one loss per training example, shape {want}, got {losses.shape}")
-    bad = np.flatnonzero(~np.isfinite(losses))
-    if len(bad):
-        raise ValueError(f"score() returned a non-finite loss: losses[{bad[0]}] = {losses[bad[0]]}")
+        found = calls["score"]()
+    losses = _scored_losses(found, "score()", num_examples)
     losses.flags.writeable = False
     return IrreducibleModel(losses, best_quality, best_step, steps, higher_is_better, tuple(curve), provenance,
                             trained.cpu, trained.wall, selected.cpu, selected.wall, scored.cpu, scored.wall,

@@ -2,7 +2,7 @@
 
 - `save_state` / `load_state`: one ``.npz`` file (arrays and JSON), written atomically, verified on load.
 - `InvalidState`: the one error every ``load_state_dict`` raises for a state it refuses (nothing is changed);
-  `StateFileError`: a file that cannot be read as a state.
+  `StateFileError` (a `ValueError`, not an `InvalidState`): a file that cannot be read as a state.
 - ``state.checks``: the field checks those loads share; ``state.atomic``: atomic writes and digests.
 """
 from .checks import InvalidState

@@ -21,7 +21,8 @@ _META = "__meta__"  # the archive member holding the JSON (`flatten_state` refus
 
 
 class StateFileError(ValueError):
-    """A state file (or checkpoint) that cannot be used: names the file and what is wrong with it."""
+    """A state file (or checkpoint) that cannot be used: names the file and what is wrong with it. A `ValueError`,
+    not an `InvalidState` (that one is a state an object refuses); catch both around a load, or `ValueError`."""
 
     def __init__(self, path: str | Path, problem: str) -> None:
         self.path, self.problem = str(path), problem
@@ -103,10 +104,15 @@ def load_state(path: str | Path) -> dict:
     if not path.is_file():
         raise StateFileError(path, "no such file")
     try:  # the file opened here, not by np.load, which leaks its handle when the archive is unreadable
-        with open(path, "rb") as f, np.load(f, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+        with open(path, "rb") as f:
+            data = np.load(f, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):  # a lone .npy array: no archive at all
+                raise ValueError("it holds a single array, not a zip archive")
+            with data:
+                arrays = {k: data[k] for k in data.files}
     except Exception as err:  # zipfile, numpy and OS errors all mean the same here: the archive is unreadable
-        raise StateFileError(path, f"not a readable state archive (truncated or damaged?): {err}") from None
+        raise StateFileError(path, f"not a readable state archive (truncated or damaged?): {_unreadable(err)}") \
+            from None
     if _META not in arrays:
         return _load_two_file_state(path, arrays)
     try:
@@ -125,6 +131,14 @@ def load_state(path: str | Path) -> dict:
         return unflatten_state(arrays, meta)
     except Exception as err:
         raise StateFileError(path, f"its metadata does not match its arrays: {err!r}") from None
+
+
+def _unreadable(err: Exception) -> str:
+    """Why numpy could not read the archive, in this library's words. A file whose first bytes are not a zip
+    header is taken by ``np.load`` for a pickle, and refused with advice to allow pickles: never the fix here."""
+    if isinstance(err, ValueError) and "allow_pickle" in str(err):
+        return "it does not start with a zip header"
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def _load_two_file_state(path: Path, arrays: dict) -> dict:

@@ -387,6 +387,23 @@ def test_a_missing_or_empty_file_is_named(tmp_path):
         load_state(tmp_path / "empty.npz")
 
 
+def test_a_file_that_is_no_zip_archive_is_refused_in_the_librarys_words_not_numpys(tmp_path, saved_file):
+    """Issue 43: a flipped first byte made np.load take the file for a pickle and advise allow_pickle."""
+    path, _ = saved_file
+    data = bytearray(path.read_bytes())
+    data[:8] = bytes(b ^ 0xFF for b in data[:8])
+    (tmp_path / "flipped.npz").write_bytes(bytes(data))
+    np.save(tmp_path / "lone.npy", np.arange(3))
+    for name, why in (("flipped.npz", "it does not start with a zip header"),
+                      ("lone.npy", "it holds a single array, not a zip archive")):
+        with pytest.raises(StateFileError) as refused:
+            load_state(tmp_path / name)
+        message = str(refused.value)
+        assert message == f"{tmp_path / name}: not a readable state archive (truncated or damaged?): {why}"
+        assert "pickle" not in message
+    assert not issubclass(StateFileError, InvalidState) and issubclass(StateFileError, ValueError)  # docs/state.md
+
+
 def test_the_two_file_format_of_earlier_versions_still_loads(tmp_path):
     import json
 

@@ -4,6 +4,7 @@ an empty file) is refused with one `InvalidState` line naming the file and the f
 built or written; with ``on_invalid="refit"`` the file is fitted again, the reason said in one warning line.
 Files in 1.0's plain ``np.savez`` layout load validated when the caller gives ``num_examples``, and are refused
 with a message saying how otherwise."""
+import dataclasses
 import io
 import json
 import re
@@ -307,3 +308,159 @@ def test_a_loss_changed_inside_the_archive_with_a_valid_zip_crc_is_caught_by_its
                                            r"sha256"):
         fit_irreducible(path, **il.options())
     assert il.calls == []
+
+
+# ------------------------------------------------------------------ the outside client's findings (issue 43)
+def write_1_0_losses(path, losses, **costs):
+    """The file exactly as 1.0's `IrreducibleLosses.save` (so `irreducible_losses`) wrote it: losses, four costs."""
+    with open(path, "wb") as f:
+        np.savez(f, losses=losses, **{"train_cpu_s": 0.1, "score_cpu_s": 0.2, "train_wall_s": 0.3,
+                                      "score_wall_s": 0.4, **costs})
+
+
+@pytest.mark.parametrize("layout", ["1.0 np.savez", "state file"])
+def test_a_losses_only_file_is_read_by_irreducible_losses_load_and_refused_as_a_model_with_one_hint(fitted, layout):
+    path, model = fitted
+    if layout == "1.0 np.savez":
+        write_1_0_losses(path, model.losses)
+    else:
+        IrreducibleLosses(model.losses, 0.1, 0.2, 0.3, 0.4).save(path)
+    assert IrreducibleLosses.load(path, num_examples=N).losses.tolist() == model.losses.tolist()
+    with pytest.raises(InvalidState) as refused:
+        IrreducibleModel.load(path, num_examples=N)
+    message = str(refused.value)
+    assert message.startswith(f"{path} has no provenance (written by irreducible_losses") and "\n" not in message
+    assert message.endswith("; read its losses with IrreducibleLosses.load") and message.count(";") == 1
+    il = LogisticIL()
+    for num_examples in (N, None):  # the kind is said first: no advice to pass num_examples that would not help
+        with pytest.raises(InvalidState) as refused:
+            fit_irreducible(path, **il.options(num_examples=num_examples))
+        message = str(refused.value)
+        assert message.startswith(f"{path} has no provenance (written by irreducible_losses")
+        assert "num_examples" not in message
+        assert message.endswith("; delete it, or pass on_invalid='refit', to fit the irreducible-loss model again")
+        assert message.count(";") == 1 and "another path" not in message
+    assert il.calls == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        refit = fit_irreducible(path, **il.options(num_examples=N, on_invalid="refit"))
+    assert len(caught) == 1 and not refit.loaded and IrreducibleModel.load(path).losses.tolist() == \
+        model.losses.tolist()
+
+
+def test_a_1_0_model_file_without_num_examples_gives_one_way_forward(fitted):
+    path, model = fitted
+    write_legacy(path, model)
+    for load in (IrreducibleModel.load, IrreducibleLosses.load):
+        with pytest.raises(InvalidState) as refused:
+            load(path)
+        message = str(refused.value)
+        assert message.endswith("; pass num_examples=<number of training examples> to load it validated")
+        assert message.count(";") == 1 and "written by replayloader 1.0" in message
+    assert IrreducibleModel.load(path, num_examples=N).losses.tolist() == model.losses.tolist()
+
+
+BAD_SAVES = {
+    "NaN losses": (dict(losses=np.full(3, np.nan)), r"\['losses'\]\[0\] = nan must be finite"),
+    "negative cost": (dict(train_cpu_s=-1.0), r"\['train_cpu_s'\] must be a finite number >= 0.0, got -1.0"),
+    "infinite cost": (dict(score_wall_s=np.inf), r"\['score_wall_s'\] must be a finite number >= 0.0, got inf"),
+    "empty losses": (dict(losses=np.zeros(0)), r"\['losses'\] must hold one loss per training example"),
+    "2-D losses": (dict(losses=np.zeros((3, 2))), r"\['losses'\] must hold one loss per training example"),
+}
+
+
+@pytest.mark.parametrize("change, field", BAD_SAVES.values(), ids=BAD_SAVES.keys())
+def test_irreducible_losses_save_refuses_what_load_would_refuse_and_writes_nothing(tmp_path, change, field):
+    fields = {"losses": np.arange(3.0), "train_cpu_s": 0.1, "score_cpu_s": 0.2, "train_wall_s": 0.3,
+              "score_wall_s": 0.4, **change}
+    path = tmp_path / "il.npz"
+    with pytest.raises(ValueError, match=r"^IrreducibleLosses" + field) as refused:
+        IrreducibleLosses(**fields).save(path)
+    assert not isinstance(refused.value, InvalidState) and str(refused.value).endswith(f"nothing was written to {path}")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(losses=np.full(N, np.nan)), r"\['losses'\]\[0\] = nan must be finite"),
+    (dict(train_cpu_s=-1.0), r"\['train_cpu_s'\] must be a finite number >= 0.0, got -1.0"),
+    (dict(select_wall_s=np.nan), r"\['select_wall_s'\] must be a finite number >= 0.0, got nan"),
+    (dict(best_step=1000), r"\['best_step'\] must be in \[1, 60\], got 1000"),
+    (dict(best_step=30), r"\['best_step'\] = 30 is not a step of its curve"),
+    (dict(quality=0.123), r"\['quality'\] = 0.123 is not the curve's quality at best_step"),
+    (dict(curve=()), r"\['curve_steps'\] must rise strictly"),
+    (dict(provenance={}), r"\['provenance'\] must be a non-empty JSON object"),
+    (dict(higher_is_better=1), r"\['higher_is_better'\] must be True or False, got 1"),
+])
+def test_irreducible_model_save_refuses_what_load_would_refuse_and_writes_nothing(fitted, tmp_path, change, field):
+    _, model = fitted
+    path = tmp_path / "new" / "il.npz"
+    path.parent.mkdir()
+    with pytest.raises(ValueError, match=r"^IrreducibleModel" + field):
+        dataclasses.replace(model, **change).save(path)
+    assert list(path.parent.iterdir()) == []
+    model.save(path)  # the good one round-trips
+    again = IrreducibleModel.load(path, num_examples=N)
+    assert (again.losses.tolist(), again.curve, again.quality, again.provenance) == \
+        (model.losses.tolist(), model.curve, model.quality, model.provenance)
+
+
+def test_another_count_than_num_examples_is_a_provenance_mismatch_never_refit(fitted):
+    path, model = fitted
+    rewrite_state(path, losses=model.losses[:-7].copy(), examples=N - 7)  # cut and its count edited to match
+    before = path.read_bytes()
+    assert IrreducibleModel.load(path).losses.shape == (N - 7,)  # consistent in itself: only num_examples knows
+    il = LogisticIL()
+    for call in (lambda: fit_irreducible(path, **il.options(num_examples=N, on_invalid="refit")),
+                 lambda: IrreducibleModel.load(path, num_examples=N),
+                 lambda: IrreducibleLosses.load(path, num_examples=N)):
+        with pytest.raises(ProvenanceMismatch) as refused:
+            call()
+        assert refused.value.differing == {"num_examples": (N - 7, N)}
+        assert str(refused.value) == (f"{path} holds 293 irreducible losses, expected num_examples = 300; delete it, "
+                                      f"or give another path, to compute them for these inputs")
+    assert il.calls == [] and path.read_bytes() == before
+
+
+@pytest.mark.parametrize("bad", [123, None, b"il.npz"])
+def test_a_path_that_is_no_path_is_named(tmp_path, bad, fitted):
+    _, model = fitted
+    message = f"path must be a str or os.PathLike, got {bad!r}"
+    calls = [lambda: fit_irreducible(bad, **LogisticIL().options()),
+             lambda: irreducible_losses(bad, 3, lambda: None, lambda model: np.zeros(3)),
+             lambda: IrreducibleModel.load(bad), lambda: IrreducibleLosses.load(bad), lambda: model.save(bad),
+             lambda: IrreducibleLosses(np.zeros(3), 0.0, 0.0, 0.0, 0.0).save(bad)]
+    for call in calls:
+        with pytest.raises(TypeError, match=re.escape(message)):
+            call()
+
+
+def test_bad_scores_and_callables_are_named(tmp_path):
+    path = tmp_path / "il.npz"
+    with pytest.raises(TypeError, match="^train must be callable, got str$"):
+        irreducible_losses(path, 3, "x", lambda model: np.zeros(3))
+    with pytest.raises(TypeError, match="^score must be callable, got int$"):
+        irreducible_losses(path, 3, lambda: None, 3)
+    with pytest.raises(ValueError, match=r"^score\(model\) must return one loss per training example, shape \(4,\), "
+                                         r"got \(3,\) \(num_examples = 4\)$"):
+        irreducible_losses(path, 4, lambda: None, lambda model: np.zeros(3))
+    with pytest.raises(ValueError, match=r"^score\(model\) must return numbers, one loss per training example, got "
+                                         r"dtype <U1$"):
+        irreducible_losses(path, 2, lambda: None, lambda model: np.array(["a", "b"]))
+    il = LogisticIL()
+    with pytest.raises(ValueError, match=r"^score\(\) must return one loss per training example, shape \(310,\), "
+                                         r"got \(300,\) \(num_examples = 310\)$"):
+        fit_irreducible(path, **il.options(num_examples=310))
+    with pytest.raises(ValueError, match=r"^score\(\) must return numbers"):
+        fit_irreducible(path, **il.options(score=lambda: ["a"] * N))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_flipped_first_byte_is_refused_in_the_librarys_words(fitted):
+    path, _ = fitted
+    data = bytearray(path.read_bytes())
+    data[:8] = bytes(b ^ 0xFF for b in data[:8])
+    path.write_bytes(bytes(data))
+    with pytest.raises(InvalidState) as refused:
+        fit_irreducible(path, **LogisticIL().options())
+    assert str(refused.value).startswith(f"{path}: not a readable state archive (truncated or damaged?): it does "
+                                         f"not start with a zip header;") and "pickle" not in str(refused.value)
