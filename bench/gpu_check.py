@@ -83,16 +83,17 @@ def sizes(dry_run: bool) -> dict:
                 "sync_warm": 1, "sync_steps": 2, "real_seconds": 1.0, "real_steps": (6, 6), "reference_run": 3,
                 "finetune": dict(max_train_examples=64, max_eval_examples=32, epochs=1, batch_size=16),
                 "logging_steps": (2, 4), "buffer_n": [1_000], "buffer_k": [128], "buffer_reps": 3,
-                "nccl": (256, 32), "budget": 600,
+                "nccl": (256, 32), "budget": 600, "finetune_reserve": 60, "minimum": {"any": 5},
                 "limits": {"nccl": 60, "speed": 120, "syncs": 90, "real": 150, "finetune": 90, "logging": 120,
                            "tests": 300, "buffer": 60}}
     return {"pretrain": dict(preset="small", batch_size=128, max_len=128, vocab_size=30_522, amp="bf16"),
             "max_lines": {"wiki": 18_500, "python-docs": 16_600}, "heldout_lines": 3_000, "heldout_examples": 512,
             "table_steps": 60, "table_warm": 10, "table_log_every": 10, "reference_steps": 60, "reference_warm": 10,
-            "sync_warm": 10, "sync_steps": 20, "real_seconds": 110.0, "real_steps": (200, 20_000), "reference_run": 300,
+            "sync_warm": 10, "sync_steps": 20, "real_seconds": 120.0, "real_steps": (200, 20_000), "reference_run": 300,
             "finetune": dict(max_train_examples=32_000, max_eval_examples=None, epochs=1, batch_size=32),
             "logging_steps": (20, 20 + LOG_EVERY), "buffer_n": [1_000, 100_000, 1_000_000], "buffer_k": [128, 1024],
-            "buffer_reps": 30, "nccl": (100_000, 128), "budget": 480,
+            "buffer_reps": 30, "nccl": (100_000, 128), "budget": 480, "finetune_reserve": 70,
+            "minimum": {"any": 20, "logging": 40, "tests": 120},  # a part with less time left is skipped
             "limits": {"nccl": 60, "speed": 150, "syncs": 90, "real": 330, "finetune": 100, "logging": 90,
                        "tests": 240, "buffer": 45}}
 
@@ -126,27 +127,36 @@ def pretrain_config(ctx: dict, out: Path, **overrides):
 
 
 @contextlib.contextmanager
-def write_times(sink: list[dict]):
+def write_times(sink: list[dict], start: dict | None = None):
     """Record when each metrics record is written (after its values are read off the device, so the device has
-    finished every step up to it) and the held-out scoring time in it: the run's wall time at its logged steps."""
+    finished every step up to it) and the held-out scoring time in it: the run's wall time at its logged steps.
+    ``start["time"]`` is set when the first step begins (the producer's first call: after data and models are
+    ready)."""
+    from replayloader_electra.pretrain.corruption import CorruptionProducer
     from replayloader_electra.pretrain.metrics import MetricsLog
 
-    original = MetricsLog.write
+    original_write, original_call = MetricsLog.write, CorruptionProducer.__call__
+    start = {} if start is None else start
 
     def write(self, record):
         sink.append({"time": time.perf_counter(), "step": record["step"],
                      "scoring": record.get("heldout_seconds") or 0.0, "heldout_auc": record.get("heldout_auc")})
-        return original(self, record)
+        return original_write(self, record)
 
-    MetricsLog.write = write
+    def call(self, raw):
+        start.setdefault("time", time.perf_counter())
+        return original_call(self, raw)
+
+    MetricsLog.write, CorruptionProducer.__call__ = write, call
     try:
         yield
     finally:
-        MetricsLog.write = original
+        MetricsLog.write, CorruptionProducer.__call__ = original_write, original_call
 
 
 def training_clock(marks: list[dict], started: float) -> list[dict]:
-    """Each mark with ``elapsed``: seconds since ``started`` without the held-out scoring done so far."""
+    """Each mark with ``elapsed``: seconds since ``started`` (the first step's start) without the held-out
+    scoring done so far."""
     scoring, out = 0.0, []
     for mark in marks:
         scoring += mark["scoring"]
@@ -451,7 +461,7 @@ def part_syncs(ctx: dict, results: Results) -> None:
 def part_real(ctx: dict, results: Results) -> None:
     """A reference ELECTRA run whose generator corrupts the held-out text once, then ELECTRA and TMR(loss_diff)
     for the same number of steps (sized from the speed part's electra step, to fill ``real_seconds`` each),
-    scored on the held-out set ``HELDOUT_POINTS`` times; both export their discriminators for ``finetune``."""
+    scored on the held-out set 8 times (and at the last step); both export their discriminators for ``finetune``."""
     from transformers import ElectraForMaskedLM
 
     from replayloader_electra.common import load_tokenizer
@@ -464,7 +474,9 @@ def part_real(ctx: dict, results: Results) -> None:
     per_step = next((row["seconds_per_step"] for row in speed if row["variant"] == "electra" and "error" not in row),
                     None)
     low, high = size["real_steps"]
-    seconds = min(size["real_seconds"], max(ctx["seconds_left"] - 60.0, 10.0) / 2.3)
+    # this part's time, less ~50 s for its start, the reference run, the held-out set and the exports, for two
+    # runs of `seconds` each, with some margin
+    seconds = min(size["real_seconds"], max(ctx["seconds_left"] - 50.0, 10.0) / 2.25)
     steps = max(low, min(high, int(seconds / (1.12 * per_step)) if per_step else low))
     results.data.update(steps=steps, target_seconds=seconds, electra_seconds_per_step_from_speed=per_step,
                         corpus=ctx["corpus"]["name"], trained_lines=ctx["corpus"]["max_lines"])
@@ -491,12 +503,13 @@ def part_real(ctx: dict, results: Results) -> None:
     for variant in ("electra", "tmr-loss_diff"):
         with row_errors(results, "runs", variant):
             marks: list[dict] = []
-            with write_times(marks):
-                run_started = time.perf_counter()
+            first_step: dict = {}
+            run_started = time.perf_counter()
+            with write_times(marks, first_step):
                 result = pretrain(pretrain_config(ctx, work / "real" / variant, variant=variant, steps=steps,
                                                   heldout=str(heldout_path), heldout_every=every,
                                                   log_every=LOG_EVERY, defer_feedback=True, export_hf=True))
-            clock = training_clock(marks, run_started)
+            clock = training_clock(marks, first_step["time"])
             points = [{"step": m["step"], "elapsed": m["elapsed"], "auc": m["heldout_auc"]} for m in clock
                       if m["heldout_auc"] is not None]
             results.append("runs", {"variant": variant, "steps": steps, "training_seconds": clock[-1]["elapsed"],
@@ -723,8 +736,8 @@ def run_check(args) -> int:
         left = deadline - time.perf_counter()
         limit = min(size["limits"][name], left)
         if name == "real":  # leave the fine-tune its time
-            limit = min(limit, left - (size["limits"]["finetune"] if "finetune" in parts else 0))
-        if limit < (5 if args.dry_run else 20):
+            limit = min(limit, left - (size["finetune_reserve"] if "finetune" in parts else 0))
+        if limit < size["minimum"].get(name, size["minimum"]["any"]):
             outcomes[name] = {"status": f"skipped: {max(left, 0):.0f} s of the {budget:.0f} s budget left"}
             write_report(out, args, env, outcomes, work, time.perf_counter() - started)
             continue
@@ -883,8 +896,8 @@ def report_real(o: dict, dry: bool) -> list[str]:
             out.append(f"| {p['step']} | {fmt(p['auc'], '.4f')} | {fmt(q and q['auc'], '.4f')} |")
         end = min(by["electra"]["training_seconds"], by["tmr-loss_diff"]["training_seconds"])
         marks = [end * f for f in (0.25, 0.5, 0.75, 1.0)]
-        out += ["", "Held-out AUC at matched training wall time (held-out scoring excluded; linear between scoring "
-                "points):", "", "| seconds | electra | tmr-loss_diff |", "|---|---|---|"]
+        out += ["", "Held-out AUC at matched training wall time (from the first step's start, held-out scoring "
+                "excluded; linear between scoring points):", "", "| seconds | electra | tmr-loss_diff |", "|---|---|---|"]
         for mark in marks:
             out.append(f"| {mark:.1f} | {fmt(auc_at(e, mark), '.4f', '-')} | {fmt(auc_at(t, mark), '.4f', '-')} |")
         out.append("")
