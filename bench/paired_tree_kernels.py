@@ -4,8 +4,9 @@
     python bench/paired_tree_kernels.py                       # N = 1e3, 1e5, 1e6, 1e7; K = 128, 1024
     python bench/paired_tree_kernels.py --sizes 1e3,1e6 --ks 128 --reps 300
 
-"old" is `SumTree(kernels="walks")` (the original walk-by-walk ascent), "new" is `SumTree(kernels="levels")`
-(the default: level by level across the batch). Both hold the same array, bit for bit (checked after every
+"old" is `SumTree(kernels="walks")` (the original walk-by-walk ascent) sampled as `SumTree.sample` did before
+issue 41 (`to_targets` on a copy, then `descend`: two calls), "new" is `SumTree(kernels="levels")` (the
+default: level by level across the batch) and today's `SumTree.sample` (`sample_leaves`: one call). Both hold the same array, bit for bit (checked after every
 cell), so the draws are the same too. Each cell builds a separate tree per implementation with the same
 content, and every repetition calls every implementation once, in an order that rotates from one repetition to
 the next, so machine load and cache state hit all alike. Printed per cell: the median µs of each and the
@@ -48,7 +49,7 @@ import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402
 
 from replayloader import ReplayBuffer  # noqa: E402
-from replayloader.kernels.tree import KERNELS, WALKS  # noqa: E402
+from replayloader.kernels.tree import KERNELS, WALKS, descend, to_targets  # noqa: E402
 from replayloader.strategies import EvictLowest, MeanWeight, SetWeight, Strategy  # noqa: E402
 from replayloader.sumtree import SumTree  # noqa: E402
 
@@ -99,6 +100,14 @@ def _floor_update(lines, n_leaves, row, slots):
         for i in range(width, 2 * width):
             lines[i * per_row] += 1.0
         width >>= 1
+
+
+def old_sample(tree, uniforms):
+    """`SumTree.sample` as it was before issue 41 (stratified)."""
+    total = float(tree.sums[1])
+    if not total > 0:
+        raise ValueError("cannot sample: the total priority is 0")
+    return descend(tree.nodes, tree.n_leaves, to_targets(np.array(uniforms, np.float64), total, True))
 
 
 # ---------------------------------------------------------------------------------------------- timing
@@ -186,7 +195,7 @@ def run(sizes, ks, reps, log):
                 "update": {"old": lambda r: small["old"].set(slots[r % POOL], new_p[r % POOL]),
                            "new": lambda r: small["new"].set(slots[r % POOL], new_p[r % POOL]),
                            "floor": lambda r: _floor_update(floor_s, n_leaves, floor_row, slots[r % POOL])},
-                "sample": {"old": lambda r: small["old"].sample(unif[r % POOL]),
+                "sample": {"old": lambda r: old_sample(small["old"], unif[r % POOL]),
                            "new": lambda r: small["new"].sample(unif[r % POOL]),
                            "floor": lambda r: _floor_sample(floor_s, n_leaves, floor_row, seeds[r % POOL])},
             }
@@ -194,12 +203,13 @@ def run(sizes, ks, reps, log):
                 cells["update"]["cpprb"] = lambda r: cp.update(slots[r % POOL], new_p32[r % POOL])
                 cells["sample"]["cpprb"] = lambda r: cp.sample(unif[r % POOL])
             if k <= n:
-                def tree_step(t):
+                def tree_step(t, draw):
                     def f(r):
                         t.replace_min(k, t.total / n)
-                        t.set(t.sample(unif[r % POOL]), new_p[r % POOL])
+                        t.set(draw(t, unif[r % POOL]), new_p[r % POOL])
                     return f
-                cells["tree step"] = {"old": tree_step(step["old"]), "new": tree_step(step["new"])}
+                cells["tree step"] = {"old": tree_step(step["old"], old_sample),
+                                      "new": tree_step(step["new"], SumTree.sample)}
                 if bufs is not None:
                     tokens = [rng.integers(0, VOCAB, (k, TOKENS), dtype=np.int64) for _ in range(8)]
 
@@ -222,6 +232,7 @@ def run(sizes, ks, reps, log):
                     + f"  [{time.perf_counter() - t0:.1f}s, load {os.getloadavg()[0]:.1f}]")
             for pair in (small, step):
                 assert np.array_equal(pair["old"].nodes, pair["new"].nodes), "old and new trees differ"
+                assert np.array_equal(old_sample(pair["old"], unif[0]), pair["new"].sample(unif[0]))
             if bufs is not None:
                 assert np.array_equal(bufs["old"].tree.nodes, bufs["new"].tree.nodes), "old and new buffers differ"
         del small, step, cp, bufs, floor_s

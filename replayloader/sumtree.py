@@ -11,13 +11,12 @@ from . import _checks as checks
 from .kernels.tree import (
     KERNEL_NAMES,
     argmin_key,
-    descend,
     make_layout,
     replace_lowest,
+    sample_leaves,
     select_lowest,
     set_leaves,
     set_leaves_checked,
-    to_targets,
 )
 
 
@@ -141,8 +140,9 @@ class SumTree:
         total = float(self.sums[1])
         if not total > 0:
             raise ValueError("cannot sample: the total priority is 0")
-        targets = to_targets(np.array(uniforms, np.float64), total, bool(stratified))  # a copy: filled in place
-        return descend(self.nodes, self.n_leaves, targets)
+        if not (type(uniforms) is np.ndarray and uniforms.dtype == np.float64 and uniforms.ndim == 1):
+            uniforms = np.asarray(uniforms, np.float64).reshape(-1)
+        return sample_leaves(self.nodes, self.n_leaves, uniforms, total, bool(stratified))
 
     def argmin(self) -> int:
         """Slot of the smallest key (lowest slot among ties)."""
