@@ -249,7 +249,7 @@ def make_arm(arm: str, data: Data, cfg: Config, seed: int, il_path: Path):
     if arm == "topk":
         return Select(n, cfg.candidates, Selector(TopK(cfg.batch), seed=seed), seed), None
     if arm == "sb":
-        rule = SelectiveBackprop(beta=cfg.sb_beta, history=cfg.sb_history)
+        rule = SelectiveBackprop(selectivity=cfg.sb_beta, history=cfg.sb_history)
         return Select(n, cfg.sb_candidates, Selector(rule, seed=seed), seed), None
     if arm == "rho":
         il = irreducible(data, cfg, seed, il_path)

@@ -76,9 +76,10 @@ class renamed:
     ``step`` (`ReplayBatch`'s producer count became ``produced``). Reading the old name warns and hands back the
     new attribute, so a subclass that overrides the new name is what an old call reaches."""
 
-    def __init__(self, new: str) -> None:
+    def __init__(self, new: str, since: str = "1.0") -> None:
         self.new = new
         self.old = ""
+        self.since = since
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.old = name
@@ -86,8 +87,8 @@ class renamed:
     def __get__(self, obj: Any, objtype: type | None = None) -> Any:
         if obj is None:
             return self
-        warnings.warn(f"{type(obj).__name__}.{self.old} is deprecated since replayloader 1.0 and will be removed in "
-                      f"the next release: use .{self.new}", DeprecationWarning, stacklevel=2)
+        warnings.warn(f"{type(obj).__name__}.{self.old} is deprecated since replayloader {self.since} and will be "
+                      f"removed in the next release: use .{self.new}", DeprecationWarning, stacklevel=2)
         return getattr(obj, self.new)
 
 
@@ -148,6 +149,26 @@ def keyword_only(*names: str, renamed: dict[str, str] | None = None, since: str 
                             f".{method.__name__}({new})", since)
                 args = args[:1]
             return method(self, *args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+def renamed_keywords(since: str = "1.1", **old_to_new: str):
+    """A function or method whose keyword options were renamed (``beta=`` → ``selectivity=``), the old names kept
+    for one release: passing one warns, naming the new one, and is passed on under the new name."""
+
+    def wrap(function):
+        @functools.wraps(function)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{function.__qualname__}() got both {old}= and {new}=")
+                    _deprecated(f"{function.__qualname__.replace('.__init__', '')}({old}=...)", f"{new}=...", since)
+                    kwargs[new] = kwargs.pop(old)
+            return function(*args, **kwargs)
 
         return call
 

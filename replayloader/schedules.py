@@ -53,11 +53,15 @@ def check(name: str, value: Any) -> float | Schedule | None:
     return checks.number(name, value, 0)
 
 
-def value_at(name: str, value: float | Schedule | None, step: int) -> float | None:
-    """``value`` at ``step``: itself, or the schedule's value there (checked: finite and >= 0)."""
+def value_at(name: str, value: float | Schedule | None, step: float, high: float = float("inf")) -> float | None:
+    """``value`` at ``step``: itself, or the schedule's value there (checked: finite, >= 0 and <= ``high``).
+
+    Every importance exponent β of the library is evaluated here, whatever its clock (`ReplayBuffer`: sample
+    calls; `PrioritizedSampler`: batches drawn; the SB3 buffers: training progress in [0, 1], ``high=1``);
+    ``tests/core/test_vocabulary.py`` checks that every public ``beta`` does."""
     if not callable(value):
         return value
-    return checks.number(f"{name}({step})", value(step), 0)
+    return checks.number(f"{name}({step})", value(step), 0, high)
 
 
 def describe(value: float | Schedule | None) -> Any:

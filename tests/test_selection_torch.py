@@ -45,7 +45,7 @@ def select_steps(batches, loader, epochs, stop_after=None, done=0):
     return stream
 
 
-@pytest.mark.parametrize("rule", [TopK(3), Proportional(3, alpha=1.0), SelectiveBackprop(beta=1.0, history=16)])
+@pytest.mark.parametrize("rule", [TopK(3), Proportional(3, alpha=1.0), SelectiveBackprop(selectivity=1.0, history=16)])
 def test_a_two_worker_dataloader_yields_exactly_the_chosen_examples_and_matches_no_workers(rule):
     # uniform candidates (alpha 0): with workers, prioritized candidates are drawn ahead with older weights
     streams = {}
@@ -57,7 +57,7 @@ def test_a_two_worker_dataloader_yields_exactly_the_chosen_examples_and_matches_
 
 @pytest.mark.parametrize("stop", [3, 7])  # mid warm-up epoch, mid prioritized epoch
 def test_resume_mid_epoch_through_two_workers_continues_the_candidate_and_selection_stream(stop):
-    rule = lambda: SelectiveBackprop(beta=2.0, history=12)  # noqa: E731 - randomized and with memory
+    rule = lambda: SelectiveBackprop(selectivity=2.0, history=12)  # noqa: E731 - randomized and with memory
     whole_batches = make_batches(rule())
     whole = select_steps(whole_batches, loader_for(whole_batches, 2), epochs=3)
     first = make_batches(rule())

@@ -20,8 +20,8 @@ The rule (proportional PER, Schaul et al. 2016):
   ``learn``, 1 at its end; the prioritized algorithms set it before each update).
 
 Missing feedback is an error, not a silent fallback: with ``require_feedback=True`` (the default) a
-`sample` raises `MissingFeedbackError` when the previous prioritized sample got no `update_priorities` call
-since. An algorithm that never feeds priorities back (SB3's own DQN, SAC, ...) would otherwise train on
+`sample` raises `MissingFeedbackError` when the previous prioritized sample got no `feedback` (or its alias
+`update_priorities`, the name SB3 and cpprb users know) call since. An algorithm that never feeds priorities back (SB3's own DQN, SAC, ...) would otherwise train on
 max-priority, i.e. near-uniform, replay with importance weights attached and no warning. Pass
 ``require_feedback=False`` to sample without feeding back on purpose (for inspection, say).
 """
@@ -36,6 +36,7 @@ from gymnasium import spaces
 
 from .. import _checks as checks
 from ..sampler import LinearSchedule
+from ..schedules import value_at
 from ..sumtree import SumTree
 
 BetaSchedule = Callable[[float], float]
@@ -110,13 +111,10 @@ class PrioritizedMixin:
 
     def current_beta(self) -> float:
         """Beta for the next sample: the float given, or the schedule at the current `progress`."""
-        if not callable(self.beta):
-            return self.beta
-        value = self.beta(self._progress)
         try:
-            return checks.number("beta", value, 0.0, 1.0)
-        except ValueError:
-            raise ValueError(f"the beta schedule must return a finite number in [0, 1], got {value!r} at "
+            return value_at("beta", self.beta, self._progress, high=1.0)
+        except ValueError as exc:
+            raise ValueError(f"the beta schedule must return a finite number in [0, 1] ({exc}), at "
                              f"progress {self._progress}") from None
 
     def stored_slots(self) -> int:
@@ -176,9 +174,15 @@ class PrioritizedMixin:
 
     # -------------------------------------------------------------------------------------------- feedback
     def update_priorities(self, indices: Any, priorities: Any) -> None:
-        """Set the priorities (e.g. |TD error|) of sampled slots, in one batched tree write.
+        """``feedback(indices, priority=priorities)`` under the name SB3 and cpprb users expect (an alias, not
+        deprecated)."""
+        self.feedback(indices, priority=priorities)
 
-        ``indices``: the ``indices`` of a batch (flat slots); ``priorities``: same shape, finite, >= 0. The
+    def feedback(self, indices: Any, *, priority: Any) -> None:
+        """Set the priorities (e.g. |TD error|) of sampled slots, in one batched tree write; the library's
+        feedback verb (`update_priorities` is its alias).
+
+        ``indices``: the ``indices`` of a batch (flat slots); ``priority``: same shape, finite, >= 0. The
         stored sampling mass is ``(priority + priority_eps) ** alpha``. Everything is checked before anything is
         written: on a ValueError the buffer is unchanged. A slot given twice keeps its last value. A slot whose
         transition became invalid since it was sampled (``optimize_memory_usage``) is skipped.
@@ -190,13 +194,13 @@ class PrioritizedMixin:
         >>> for _ in range(4):
         ...     buffer.add(np.zeros(2), np.zeros(2), np.array([0]), np.array([1.0]), np.array([False]), [{}])
         >>> batch = buffer.sample(3)
-        >>> buffer.update_priorities(batch.indices, np.array([0.5, 2.0, 0.1]))
-        >>> buffer.update_priorities(np.array([9]), np.array([1.0]))
+        >>> buffer.feedback(batch.indices, priority=np.array([0.5, 2.0, 0.1]))
+        >>> buffer.update_priorities(np.array([9]), np.array([1.0]))  # the same, by SB3's name
         Traceback (most recent call last):
         ...
         ValueError: indices must lie in [0, 4) (the stored (position, env) slots), got indices[0] = 9
         """
-        slots, values = self._check_feedback(indices, priorities)
+        slots, values = self._check_feedback(indices, priority)
         if self.optimize_memory_usage and self.full:  # type: ignore[attr-defined]
             valid = slots // self.n_envs != self.pos  # type: ignore[attr-defined]
             slots, values = slots[valid], values[valid]

@@ -109,6 +109,7 @@ class PrioritizedAlgorithmMixin:
             self._n_updates += 1  # before the step: TD3's policy delay counts this update
             batch = buffer.sample(batch_size, env=self._vec_normalize_env)
             errors = self._gradient_step(batch, step)
+            # SB3's name, the alias of `feedback`: it reaches a buffer that overrides either name (a cpprb adapter)
             buffer.update_priorities(batch.indices, np.abs(errors.detach().cpu().numpy()))  # |.| in numpy: cheaper
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         for name, values in self._logged.items():

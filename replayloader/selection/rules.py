@@ -7,7 +7,7 @@ so those are the two parts here, each rule written once:
 - a `Score` turns the candidates' training losses into selection scores: `TrainingLoss` (the loss itself) or
   `ReducibleLoss` (training loss minus a per-example irreducible loss, RHO-LOSS);
 - a `Rule` picks rows by score: `TopK` (the k highest), `Proportional` (k draws with P ∝ score^alpha, with
-  importance weights) or `SelectiveBackprop` (each row kept with P = percentile^beta of its score among recent
+  importance weights) or `SelectiveBackprop` (each row kept with P = percentile^selectivity of its score among recent
   scores, Jiang et al. 2019, so the number kept varies).
 
 A `Selector` joins one of each with a checkpointable generator. It validates everything before it changes
@@ -27,6 +27,7 @@ from ..kernels.rng import seed_state, uniforms
 from .._arrays import to_numpy
 from ..state.checks import counters as counter_fields, field, require, rng_words
 from .. import _checks as checks
+from .._moved import renamed, renamed_keywords
 
 STATE_VERSION = 1
 
@@ -194,34 +195,45 @@ class Proportional(Rule):
         return positions, (p_min / p[positions]) ** self.beta, p, None
 
 
-def keep_probabilities(scores: np.ndarray, history: np.ndarray, beta: float, min_keep: float) -> np.ndarray:
-    """SelectiveBackprop's rule: P(keep) = max(min_keep, percentile^beta), where a score's percentile is the
+def keep_probabilities(scores: np.ndarray, history: np.ndarray, selectivity: float, min_keep: float) -> np.ndarray:
+    """SelectiveBackprop's rule: P(keep) = max(min_keep, percentile^selectivity), where a score's percentile is the
     share of ``history`` (recent scores, this batch's included) at or below it."""
     percentile = np.searchsorted(np.sort(history), scores, side="right") / len(history)
-    return np.maximum(min_keep, percentile ** beta)
+    return np.maximum(min_keep, percentile ** selectivity)
 
 
 class SelectiveBackprop(Rule):
-    """Keep each candidate with P = percentile^beta of its score among the last ``history`` scores (this batch's
-    included), as in Jiang et al. 2019. The number kept varies (expected n_B / (beta + 1) while scores are
+    """Keep each candidate with P = percentile^selectivity of its score among the last ``history`` scores (this
+    batch's included), as in Jiang et al. 2019 (their β; here ``selectivity``, since this library's ``beta`` is
+    always the importance exponent). The number kept varies (expected n_B / (selectivity + 1) while scores are
     stationary), never 0: the batch's highest score has percentile 1, so P(keep) = 1. Importance weights are 1.
-    ``min_keep`` floors P(keep)."""
+    ``min_keep`` floors P(keep). 1.0's ``beta=`` still works for one release, with a DeprecationWarning."""
 
     name = "selective_backprop"
     uses_rng = True
+    beta = renamed("selectivity", since="1.1")
 
-    def __init__(self, *, beta: float = 1.0, history: int = 1024, min_keep: float = 0.0) -> None:
-        self.beta = checks.number("beta", beta, 0.0)
+    @renamed_keywords(beta="selectivity")
+    def __init__(self, *, selectivity: float = 1.0, history: int = 1024, min_keep: float = 0.0) -> None:
+        self.selectivity = checks.number("selectivity", selectivity, 0.0)
         self.history = checks.integer("history", history, 1)
         self.min_keep = checks.number("min_keep", min_keep, 0.0, 1.0)
         self.recent = np.empty(0, np.float64)  # oldest first, at most `history`
 
     def config(self) -> dict:
-        return {**super().config(), "beta": self.beta, "history": self.history, "min_keep": self.min_keep}
+        return {**super().config(), "selectivity": self.selectivity, "history": self.history,
+                "min_keep": self.min_keep}
+
+    @staticmethod
+    def _from_1_0(config: dict) -> dict:
+        """A 1.0 checkpoint's config (``beta``, before the rename) in 1.1's words."""
+        if config.get("name") == "selective_backprop" and "beta" in config and "selectivity" not in config:
+            config = {("selectivity" if key == "beta" else key): value for key, value in config.items()}
+        return config
 
     def pick(self, scores, rng, k):
         window = np.concatenate([self.recent, scores])[-self.history:]
-        p = keep_probabilities(scores, window, self.beta, self.min_keep)
+        p = keep_probabilities(scores, window, self.selectivity, self.min_keep)
         positions = np.flatnonzero(uniforms(rng, len(scores)) < p)
         return positions, np.ones(len(positions)), p, window
 
@@ -244,7 +256,7 @@ class Selector:
     scored candidate batch.
 
     Args:
-        rule: `TopK(k)`, `Proportional(k, alpha, beta)`, `SelectiveBackprop(beta, history)` or your own `Rule`.
+        rule: `TopK(k)`, `Proportional(k, alpha, beta)`, `SelectiveBackprop(selectivity=, history=)` or your own `Rule`.
         score: `TrainingLoss()` or `ReducibleLoss(irreducible)`.
         seed: seed of the generator of the randomized rules (its state is checkpointed).
     """
@@ -409,6 +421,8 @@ class Selector:
         require(state.get("version") == STATE_VERSION,
                 f"state version {state.get('version')!r} is not supported (expected {STATE_VERSION})")
         rule, score = field(state, "rule", where), field(state, "score", where)
+        if isinstance(rule, Mapping):
+            rule = SelectiveBackprop._from_1_0(dict(rule))
         require(isinstance(rule, Mapping) and dict(rule) == self.rule.config() and score == self.score.name,
                 f"checkpoint has rule {dict(rule) if isinstance(rule, Mapping) else rule!r} and score {score!r} but "
                 f"this selector has rule {self.rule.config()} and score {self.score.name!r}")

@@ -1,4 +1,4 @@
-"""Score-then-select (`replayloader.selection`, `replayloader.score_select`, `replayloader.irreducible`) against
+"""Score-then-select (`replayloader.selection`: `selection.score_then_select`, `selection.irreducible`) against
 plain-Python references, with bad input leaving every object unchanged."""
 import copy
 
@@ -20,9 +20,9 @@ def reference_top_k(scores, k):
     return sorted(range(len(scores)), key=lambda j: (-scores[j], j))[:k]
 
 
-def reference_keep(scores, history, beta, min_keep):
-    """P(keep) = max(min_keep, (share of history <= score)^beta), one candidate at a time."""
-    return [max(min_keep, (sum(h <= s for h in history) / len(history)) ** beta) for s in scores]
+def reference_keep(scores, history, selectivity, min_keep):
+    """P(keep) = max(min_keep, (share of history <= score)^selectivity), one candidate at a time."""
+    return [max(min_keep, (sum(h <= s for h in history) / len(history)) ** selectivity) for s in scores]
 
 
 def assert_same_state(a, b):
@@ -50,14 +50,14 @@ def test_top_k_equals_the_reference_with_ties(scores, k):
 @settings(max_examples=60, deadline=None)
 @given(st.lists(small_scores, min_size=1, max_size=5), st.sampled_from([0.0, 0.5, 1.0, 3.0]),
        st.integers(1, 30), st.sampled_from([0.0, 0.2]))
-def test_selective_backprop_keep_probabilities_follow_the_recent_history(batches, beta, history, min_keep):
-    rule = SelectiveBackprop(beta=beta, history=history, min_keep=min_keep)
+def test_selective_backprop_keep_probabilities_follow_the_recent_history(batches, selectivity, history, min_keep):
+    rule = SelectiveBackprop(selectivity=selectivity, history=history, min_keep=min_keep)
     selector, seen = Selector(rule, seed=1), []
     for scores in batches:
         seen += scores.tolist()
         window = seen[-history:]
         selection = selector.choose(scores)
-        np.testing.assert_allclose(selection.probabilities, reference_keep(scores, window, beta, min_keep),
+        np.testing.assert_allclose(selection.probabilities, reference_keep(scores, window, selectivity, min_keep),
                                    rtol=1e-12)
         assert rule.recent.tolist() == window
         assert set(selection.positions.tolist()) <= set(range(len(scores)))
@@ -65,7 +65,7 @@ def test_selective_backprop_keep_probabilities_follow_the_recent_history(batches
 
 def test_selective_backprop_keeps_each_candidate_with_its_probability():
     scores = np.linspace(0.0, 1.0, 20)
-    rule = SelectiveBackprop(beta=2.0, history=20)
+    rule = SelectiveBackprop(selectivity=2.0, history=20)
     selector, kept = Selector(rule, seed=3), np.zeros(20)
     trials = 4000
     for _ in range(trials):
@@ -152,10 +152,10 @@ def test_a_restored_dataset_mode_continues_the_same_candidate_and_selection_stre
             out.append((candidates.indices.tolist(), s.positions.tolist()))
         return out
 
-    whole = run(dataset_mode(rule=SelectiveBackprop(beta=1.0, history=10)), 15, 0)
-    first = dataset_mode(rule=SelectiveBackprop(beta=1.0, history=10))
+    whole = run(dataset_mode(rule=SelectiveBackprop(selectivity=1.0, history=10)), 15, 0)
+    first = dataset_mode(rule=SelectiveBackprop(selectivity=1.0, history=10))
     head = run(first, 6, 0)
-    resumed = dataset_mode(rule=SelectiveBackprop(beta=1.0, history=10), seed=5)  # another seed: state decides
+    resumed = dataset_mode(rule=SelectiveBackprop(selectivity=1.0, history=10), seed=5)  # another seed: state decides
     resumed.load_state_dict(copy.deepcopy(first.state_dict()))
     assert head + run(resumed, 9, 6) == whole
 
@@ -171,10 +171,10 @@ def test_bad_input_raises_naming_the_argument_and_changes_nothing():
         ReducibleLoss(np.zeros((3, 2)))
     with pytest.raises(ValueError, match="k must be an integer >= 1, got 0"):
         TopK(0)
-    with pytest.raises(ValueError, match="beta must be a finite number >= 0"):
-        SelectiveBackprop(beta=-1)
+    with pytest.raises(ValueError, match="selectivity must be a finite number >= 0"):
+        SelectiveBackprop(selectivity=-1)
 
-    select = dataset_mode(rule=SelectiveBackprop(beta=1.0, history=10), irreducible=np.zeros(30))
+    select = dataset_mode(rule=SelectiveBackprop(selectivity=1.0, history=10), irreducible=np.zeros(30))
     for step in range(5):
         candidates = select.next_candidates()
         select.choose(candidates, fake_losses(candidates.indices, step))
@@ -301,7 +301,7 @@ def split_rules():
     return st.sampled_from([
         lambda s: (TopK(2 * s), TopK(2)),
         lambda s: (Proportional(3 * s, alpha=0.7, beta=0.5), Proportional(3, alpha=0.7, beta=0.5)),
-        lambda s: (SelectiveBackprop(beta=1.5, history=7), SelectiveBackprop(beta=1.5, history=7)),
+        lambda s: (SelectiveBackprop(selectivity=1.5, history=7), SelectiveBackprop(selectivity=1.5, history=7)),
     ])
 
 
@@ -355,7 +355,7 @@ def test_a_refused_selector_state_raises_invalid_state_and_changes_nothing(bad):
     """Selector loads go through the shared state checks (issue 33): the one error type every load raises."""
     from replayloader import InvalidState
 
-    selector = Selector(SelectiveBackprop(beta=1.0, history=8), seed=0)
+    selector = Selector(SelectiveBackprop(selectivity=1.0, history=8), seed=0)
     selector.choose(np.linspace(0.0, 1.0, 16))
     before = selector.state_dict()
     state = {**before, **bad}
@@ -366,3 +366,23 @@ def test_a_refused_selector_state_raises_invalid_state_and_changes_nothing(bad):
     after = selector.state_dict()
     assert after["counters"] == before["counters"] and np.array_equal(after["rng"], before["rng"])
     assert np.array_equal(after["memory"]["recent"], before["memory"]["recent"])
+
+
+def test_selective_backprops_1_0_beta_is_selectivity_now_with_a_deprecation_warning():
+    """This library's ``beta`` is always the importance exponent: SelectiveBackprop's exponent (Jiang et al.'s β)
+    is ``selectivity`` since 1.1. ``beta=`` and ``.beta`` warn for one release; a 1.0 checkpoint still loads."""
+    with pytest.warns(DeprecationWarning, match=r"SelectiveBackprop\(beta=\.\.\.\) is deprecated .*use selectivity="):
+        old = SelectiveBackprop(beta=2.0, history=8)
+    assert old.config() == SelectiveBackprop(selectivity=2.0, history=8).config()
+    with pytest.warns(DeprecationWarning, match=r"SelectiveBackprop\.beta is deprecated .*use \.selectivity"):
+        assert old.beta == 2.0
+    with pytest.raises(TypeError, match="both beta= and selectivity="):
+        SelectiveBackprop(beta=2.0, selectivity=2.0)
+    selector = Selector(SelectiveBackprop(selectivity=2.0, history=8), seed=0)
+    selector.choose(np.linspace(0.0, 1.0, 6))
+    state = selector.state_dict()
+    state["rule"] = {("beta" if key == "selectivity" else key): value for key, value in state["rule"].items()}
+    resumed = Selector(SelectiveBackprop(selectivity=2.0, history=8), seed=1)
+    resumed.load_state_dict(state)  # written by 1.0
+    assert resumed.choose(np.linspace(0.0, 1.0, 6)).positions.tolist() == \
+        selector.choose(np.linspace(0.0, 1.0, 6)).positions.tolist()

@@ -23,7 +23,7 @@ STEPS = 4 * STEPS_PER_EPOCH  # the warm-up pass, then three epochs of candidates
 SAVE_AT, TOTAL = 10, 20  # the DataLoader run: checkpoint after step 10 of 20
 AHEAD = 2  # DataLoader(num_workers=1, prefetch_factor=2) draws 2 candidate batches ahead
 RULES = {"top_k": TopK, "proportional": lambda k: Proportional(k, alpha=1.0, beta=0.5),
-         "selective_backprop": lambda k: SelectiveBackprop(beta=1.0, history=16)}
+         "selective_backprop": lambda k: SelectiveBackprop(selectivity=1.0, history=16)}
 
 
 def make_sampler() -> PrioritizedSampler:

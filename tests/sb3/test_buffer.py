@@ -161,6 +161,19 @@ def test_bad_options_are_refused_by_name():
         buffer.sample(2)
 
 
+def test_feedback_is_the_verb_and_update_priorities_its_alias():
+    """``feedback(indices, priority=...)`` as everywhere in the library; SB3's ``update_priorities(indices,
+    priorities)`` stays (SB3 and cpprb users expect it) and is the very same write."""
+    verb, alias = flat_buffer(32, alpha=0.5), flat_buffer(32, alpha=0.5)
+    for buffer in (verb, alias):
+        fill(buffer, 8)
+    verb.feedback(verb.sample(4).indices, priority=np.array([8.0, 0.5, 2.0, 1.0]))
+    alias.update_priorities(alias.sample(4).indices, np.array([8.0, 0.5, 2.0, 1.0]))
+    np.testing.assert_array_equal(verb.priorities(), alias.priorities())
+    with pytest.raises(TypeError):
+        verb.feedback(np.array([0]), np.array([1.0]))  # the signal is named
+
+
 def test_beta_follows_the_schedule_of_progress():
     buffer = flat_buffer(8)  # default: LinearSchedule(0.4, 1.0, steps=1)
     assert buffer.current_beta() == pytest.approx(0.4)
