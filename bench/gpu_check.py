@@ -219,16 +219,28 @@ class Results:
 def part_nccl(ctx: dict, results: Results) -> None:
     """``session("nccl")`` in one process (gloo on the CPU) and one `DistributedPrioritizedSampler` step: a draw,
     feedback gathered through the backend, and the weights after it equal to a plain sampler's."""
+    backend = "nccl" if ctx["device"] == "cuda" else "gloo"
+    n, k = ctx["size"]["nccl"]
+    settings = dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    before = {key: os.environ.get(key) for key in settings}
+    os.environ.update(settings)
+    try:
+        nccl_step(backend, n, k, results)
+    finally:  # the parts after this one (with --in-process) are single processes again
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def nccl_step(backend: str, n: int, k: int, results: Results) -> None:
     import numpy as np
     import torch
 
     from replayloader import PrioritizedSampler
     from replayloader.distributed import DistributedPrioritizedSampler, session
 
-    backend = "nccl" if ctx["device"] == "cuda" else "gloo"
-    n, k = ctx["size"]["nccl"]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1",
-                      LOCAL_RANK="0")
     kwargs = {"device_id": torch.device("cuda", 0)} if backend == "nccl" else {}
     if backend == "nccl":
         torch.cuda.set_device(0)
@@ -762,8 +774,7 @@ def run_check(args) -> int:
             outcomes[name] = {**result, "status": status, "seconds": seconds}
         print(f"==== {name}: {outcomes[name]['status']} ({outcomes[name].get('seconds', 0):.0f} s)", flush=True)
         write_report(out, args, env, outcomes, work, time.perf_counter() - started)
-    (out.parent / "gpu_check.json").write_text(json.dumps({"environment": env, "parts": outcomes}, indent=1,
-                                                          default=str))
+    write_report(out, args, env, outcomes, work, time.perf_counter() - started)
     print(f"wrote {out} ({time.perf_counter() - started:.0f} s)", flush=True)
     if not args.work and not args.keep_work:
         shutil.rmtree(work, ignore_errors=True)
@@ -776,7 +787,10 @@ def fmt(value, spec: str = ".3f", empty: str = "") -> str:
 
 
 def write_report(out: Path, args, env: dict, outcomes: dict, work: Path, seconds: float) -> None:
+    """The report and every number (gpu_check.json beside it), rewritten after each part."""
     out.write_text(report(args, env, outcomes, seconds))
+    (out.parent / "gpu_check.json").write_text(json.dumps({"environment": env, "parts": outcomes,
+                                                           "seconds": seconds}, indent=1, default=str))
 
 
 def report(args, env: dict, outcomes: dict, seconds: float) -> str:
