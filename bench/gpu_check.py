@@ -769,7 +769,7 @@ def run_check(args) -> int:
             status = result.get("status", "no result")
             if code is None:
                 status = f"stopped at its limit of {limit:.0f} s (what it measured before is kept)"
-            elif code != 0 and status == "ok":
+            elif code != 0 and status in ("ok", "running", "no result"):  # a crash that wrote no error
                 status = f"exit {code}"
             outcomes[name] = {**result, "status": status, "seconds": seconds}
         print(f"==== {name}: {outcomes[name]['status']} ({outcomes[name].get('seconds', 0):.0f} s)", flush=True)
