@@ -265,6 +265,10 @@ class ADO:
     multiplies all five step counts (rounded; at least 1 for the interval and stride, the window odd and
     >= 5): ``step_scale=0.1`` runs the same schedule in a 6,000-step run.
 
+    A limit of the released fit, kept: its soft bound −min(log E − 0.5, 0) holds the irreducible loss E at
+    e^0.5 ≈ 1.65 nats or more (made for language-model losses). A source whose loss falls below that is fitted
+    badly (E pinned at 1.65, the reducible part near 0) and gets little weight even while it is still learning.
+
     Deviations, stated:
 
     - The fit is our L-BFGS (numpy, with a numba kernel for the objective) from the same 512 starts, with

@@ -215,7 +215,8 @@ class _OnlineMixing:
         return exploration_rate(self.t if self.t > self.warmup_steps else 0, k)
 
     def warming_up(self) -> bool:
-        """True while feedback does not change the weights yet (t <= warmup_steps)."""
+        """True while the next feedback leaves the weights as they are (t < warmup_steps: feedback call t + 1 is
+        the first update when t == warmup_steps)."""
         return self.t < self.warmup_steps
 
     def estimates(self) -> dict[str, np.ndarray]:
@@ -284,9 +285,10 @@ class ODM(_OnlineMixing):
     there is no bandit feedback to correct for.
 
     Defaults are the authors' (``scripts/train_1B_ema_0.5smoothing.sh``: smoothing 0.5, warm-up 2,000 steps of
-    100,000, an update every step). For a shorter run scale the warm-up (``warmup_steps=0.02 * steps`` keeps
-    their proportion); ε_t counts warm-up steps, as theirs does. Their runs start from the natural mixture
-    (the Pile's weights): pass ``initial=sizes / sizes.sum()`` for that; the default is uniform.
+    100,000, an update every step). For a shorter run scale the warm-up (``warmup_steps=round(0.02 * steps)``
+    keeps their proportion); ε_t counts warm-up steps, as theirs does. Their runs start from the natural mixture
+    (the Pile's weights): pass ``initial=sizes / sizes.sum()`` for that; the default is uniform. R̂ starts at
+    0, so a source not seen in the first update's step keeps only ε until it is seen.
 
     Deviation, stated: the authors' reward for a source is the sum of the mean losses of its micro-batches in
     the step (each micro-batch from one source; with 8 micro-batches over 22 sources that is usually one), here
@@ -301,9 +303,10 @@ class ODM(_OnlineMixing):
 
     def __init__(self, num_sources: int | None = None, *, smoothing: float = 0.5,
                  warmup_steps: int = ODM_WARMUP_STEPS, initial: Sequence[float] | np.ndarray | None = None) -> None:
-        self.smoothing = checks.number("smoothing", smoothing, 0.0, 1.0)
-        if self.smoothing >= 1.0:
+        if not (isinstance(smoothing, (int, float, np.integer, np.floating)) and not isinstance(smoothing, bool)
+                and 0.0 <= smoothing < 1.0):
             raise ValueError(f"smoothing must be a finite number >= 0 and < 1, got {smoothing!r}")
+        self.smoothing = float(smoothing)
         super().__init__(num_sources, warmup_steps=warmup_steps, initial=initial)
 
     def _update(self, losses: np.ndarray, counts: np.ndarray, t: int) -> tuple[np.ndarray, np.ndarray]:
