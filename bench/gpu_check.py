@@ -48,6 +48,7 @@ import traceback
 import warnings
 from pathlib import Path
 
+STARTED = time.perf_counter()  # this process's start: a part's time limit counts from it
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 BUNDLE = ROOT / ".gpu_bundle"  # ignored by git; `--prepare` fills it, the device call carries it
@@ -485,18 +486,24 @@ def part_real(ctx: dict, results: Results) -> None:
     speed = read_json(work / "speed.json").get("table") or []
     per_step = next((row["seconds_per_step"] for row in speed if row["variant"] == "electra" and "error" not in row),
                     None)
+    results.data.update(electra_seconds_per_step_from_speed=per_step, corpus=ctx["corpus"]["name"],
+                        trained_lines=ctx["corpus"]["max_lines"], amp=size["pretrain"]["amp"])
+    started = time.perf_counter()
+    marks: list[dict] = []
+    first_step: dict = {}
+    with write_times(marks, first_step):
+        reference = pretrain(pretrain_config(ctx, work / "real" / "reference", variant="electra",
+                                             steps=size["reference_run"], log_every=10 ** 6, export_hf=True))
+    if per_step is None:  # no (a) in this call: the reference run's own pace (its first step's warm-up included)
+        per_step = (marks[-1]["time"] - first_step["time"]) / size["reference_run"]
     low, high = size["real_steps"]
     # this part's time, less ~50 s for its start, the reference run, the held-out set and the exports, for two
     # runs of `seconds` each, with some margin
-    seconds = min(size["real_seconds"], max(ctx["seconds_left"] - 50.0, 10.0) / 2.25)
-    steps = max(low, min(high, int(seconds / (1.12 * per_step)) if per_step else low))
-    results.data.update(steps=steps, target_seconds=seconds, electra_seconds_per_step_from_speed=per_step,
-                        corpus=ctx["corpus"]["name"], trained_lines=ctx["corpus"]["max_lines"])
+    left = ctx["seconds_left"] - (time.perf_counter() - ctx["started"])
+    seconds = min(size["real_seconds"], max(left - 30.0, 10.0) / 2.25)
+    steps = max(low, min(high, int(seconds / (1.12 * per_step))))
+    results.data.update(steps=steps, target_seconds=seconds, electra_seconds_per_step=per_step)
     results.save()
-
-    started = time.perf_counter()
-    reference = pretrain(pretrain_config(ctx, work / "real" / "reference", variant="electra",
-                                         steps=min(size["reference_run"], steps), log_every=10 ** 6, export_hf=True))
     generator_dir = Path(reference.output_dir) / "generator"
     tokenizer = load_tokenizer(str(generator_dir), need_mask=True)
     lines = corpus_lines(resolve_corpus(ctx["corpus"]["corpus"]), work / "cache",
@@ -638,8 +645,9 @@ PARTS = {"nccl": part_nccl, "speed": part_speed, "syncs": part_syncs, "real": pa
          "logging": part_logging, "buffer": part_buffer}
 
 
-def run_part(name: str, args) -> int:
-    """One part in this process (the orchestrator starts each so): results in WORK/NAME.json."""
+def run_part(name: str, args, started: float | None = None) -> int:
+    """One part in this process (the orchestrator starts each so): results in WORK/NAME.json. Its time limit
+    (``args.seconds_left``) counts from ``started`` (default: this process's start)."""
     sys.modules["datasets"] = None  # the check proves the flagship needs no `datasets`: importing it fails here
     import_integration()
     import torch
@@ -655,7 +663,7 @@ def run_part(name: str, args) -> int:
     if args.dry_run:
         torch.set_num_threads(1)
     ctx = {"size": size, "device": device, "work": work, "bundle": bundle, "corpus": corpus_of(bundle, size),
-           "seconds_left": args.seconds_left}
+           "seconds_left": args.seconds_left, "started": STARTED if started is None else started}
     results = Results(work / f"{name}.json")
     started = time.perf_counter()
     try:
@@ -759,7 +767,7 @@ def run_check(args) -> int:
         elif args.in_process:  # one process for every part: no time limit, no second import (the CPU test)
             part_started = time.perf_counter()
             run_part(name, argparse.Namespace(work=str(work), bundle=str(bundle), dry_run=args.dry_run,
-                                              seconds_left=limit))
+                                              seconds_left=limit), started=part_started)
             outcomes[name] = {**read_json(work / f"{name}.json"), "seconds": time.perf_counter() - part_started}
         else:
             command = [sys.executable, str(Path(__file__).resolve()), "--part", name, "--work", str(work),
@@ -888,7 +896,7 @@ def report_real(o: dict, dry: bool) -> list[str]:
     out = ["## Short real run: ELECTRA and TMR (loss_diff), `small` preset", "",
            f"Corpus: {o.get('corpus')} (first {o.get('trained_lines'):,} lines; the held-out text is the lines after). "
            f"{o.get('steps')} steps each (sized to about {o.get('target_seconds', 0):.0f} s from the electra step of "
-           f"(a)), `--defer-feedback --log-every {LOG_EVERY} --amp bf16`. Held-out set: {o.get('heldout_examples')} "
+           f"{'(a)' if o.get('electra_seconds_per_step_from_speed') else 'the reference run'}), `--defer-feedback --log-every {LOG_EVERY} --amp {o.get('amp')}`. Held-out set: {o.get('heldout_examples')} "
            f"examples corrupted once by the generator of a {o.get('reference_steps')}-step reference ELECTRA run. "
            "A smoke test of the full path, not a verdict.", ""]
     out += [f"Run {run['variant']} failed: {run['error']}" for run in runs if "error" in run]
