@@ -43,8 +43,8 @@ def integer(state: Any, key: str, where: str, low: int, high: int | None = None)
         raise InvalidState(f"{where}[{key!r}] must be an integer, got {value!r}")
     value = int(value)
     if value < low or (high is not None and value > high):
-        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise InvalidState(f"{where}[{key!r}] must be in {bound}, got {value}")
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise InvalidState(f"{where}[{key!r}] must be {bound}, got {value}")
     return value
 
 

@@ -341,3 +341,16 @@ def test_the_1_0_names_draw_and_feedback_indices_losses_still_work_with_a_deprec
     assert_state_equal(old.state_dict(), new.state_dict())
     with pytest.raises(TypeError):
         new.feedback(batch, np.ones(4), np.ones(4))
+
+
+def test_a_state_that_fed_back_more_than_it_drew_is_refused_and_changes_nothing():
+    sampler = MixtureSampler([6, 9], batch_size=5, rule=ODM(warmup_steps=0), seed=0)
+    batch = sampler.next_batch()
+    sampler.feedback(batch, loss=np.ones(5))
+    state = sampler.state_dict()
+    bad = {**state, "counts_fed_back": state["counts_drawn"] + 1}
+    fresh = MixtureSampler([6, 9], batch_size=5, rule=ODM(warmup_steps=0), seed=0)
+    before = fresh.state_dict()
+    with pytest.raises(InvalidState, match="counts_fed_back'] must not exceed counts_drawn"):
+        fresh.load_state_dict(bad)
+    assert_state_equal(fresh.state_dict(), before)

@@ -192,7 +192,7 @@ def test_the_untouched_file_loads_and_every_check_passes(fitted):
     ({"quality": 0.123}, r"\['quality'\] = 0.123 is not the curve's quality at best_step"),
     ({"curve_steps": np.array([20, 20, 60])}, r"\['curve_steps'\] must rise strictly within \[1, 60\]"),
     ({"curve_quality": np.array([0.5, np.nan, 0.6])}, r"\['curve_quality'\]\[1\] = nan must be finite"),
-    ({"examples": 0}, r"\['examples'\] must be in >= 1, got 0"),
+    ({"examples": 0}, r"\['examples'\] must be >= 1, got 0"),
     ({"provenance": "{}"}, r"\['provenance'\] must be a non-empty JSON object"),
     ({"fit": "not json"}, r"\['fit'\] is not JSON"),
     ({"format": "replayloader.irreducible/9"}, r"\['format'\] must be 'replayloader.irreducible/3'"),
