@@ -136,7 +136,7 @@ def train(arm: str, seed: int, cfg: dict, *, ckpt: Path | None, progress: bool =
     while state["step"] < cfg["steps"]:
         step = state["step"] + 1
         c0, w0 = time.process_time(), time.perf_counter()
-        batch = sampler.draw()
+        batch = sampler.next_batch()
         c1 = time.process_time()
         idx = np.asarray(batch.indices, dtype=np.int64)
         for g in opt.param_groups:
@@ -148,7 +148,7 @@ def train(arm: str, seed: int, cfg: dict, *, ckpt: Path | None, progress: bool =
         opt.step()
         feedback = losses.detach().numpy().astype(np.float64)
         c2 = time.process_time()
-        sampler.feedback(idx, feedback)
+        sampler.feedback(idx, loss=feedback)
         c3, w3 = time.process_time(), time.perf_counter()
         state["cpu"]["mix"] += (c1 - c0) + (c3 - c2)
         state["cpu"]["train"] += c3 - c0

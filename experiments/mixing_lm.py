@@ -177,7 +177,7 @@ def train(arm: str, seed: int, cfg: dict, sampler_factory=make_sampler, progress
     weights_log.append({"step": 0, "weights": current_weights(sampler)})
     for step in range(1, cfg["steps"] + 1):
         t0 = time.perf_counter()
-        batch = sampler.draw()
+        batch = sampler.next_batch()
         t1 = time.perf_counter()
         idx = np.asarray(batch.indices, dtype=np.int64)
         src = np.searchsorted(offsets, idx, side="right") - 1
@@ -193,7 +193,7 @@ def train(arm: str, seed: int, cfg: dict, sampler_factory=make_sampler, progress
         opt.step()
         fb = losses.detach().numpy().astype(np.float64)
         t2 = time.perf_counter()
-        sampler.feedback(idx, fb)
+        sampler.feedback(idx, loss=fb)
         t3 = time.perf_counter()
         mix_wall += (t1 - t0) + (t3 - t2)
         step_walls.append(t3 - t0)
