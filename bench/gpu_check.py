@@ -37,6 +37,7 @@ import importlib.util
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import statistics
@@ -804,8 +805,8 @@ def write_report(out: Path, args, env: dict, outcomes: dict, work: Path, seconds
 def report(args, env: dict, outcomes: dict, seconds: float) -> str:
     dry = args.dry_run
     lines = [f"# GPU check{' (dry run on the CPU: plumbing only, not a measurement)' if dry else ''}", "",
-             f"Command: `bash bench/gpu_check.sh{' --dry-run' if dry else ''}` (after `python bench/gpu_check.py "
-             "--prepare` here), at commit " + str(env.get("commit"))
+             f"Command: `bash bench/gpu_check.sh` (after `python bench/gpu_check.py --prepare` here), which ran "
+             f"`python bench/gpu_check.py {getattr(args, 'argv_text', '')}`, at commit " + str(env.get("commit"))
              + (f" with {env['prepared']['uncommitted_changes']} uncommitted change(s) when prepared"
                 if env.get("prepared", {}).get("uncommitted_changes") else "") + "  ",
              f"Date: {env['date']}  ",
@@ -1067,6 +1068,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", default=None, choices=sorted(PARTS), help=argparse.SUPPRESS)
     parser.add_argument("--seconds-left", type=float, default=0.0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     if args.prepare:
         return prepare(args)
     if args.part:
