@@ -8,25 +8,16 @@ Protocol: results/mixing_fair/protocol.md. The paired statistics and Holm's adju
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
-from experiments.mixing_lm_summary import holm, paired
+from experiments.mixing_lm_summary import holm, load, paired
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "mixing_fair"
 ARMS = ("stratified", "odm", "ado", "natural")
 SEEDS = (0, 1, 2, 3, 4)
 STEPS = 6000
-
-
-def load(runs: Path) -> dict[str, dict[int, dict]]:
-    recs: dict[str, dict[int, dict]] = {a: {} for a in ARMS}
-    for path in sorted(runs.glob("*-seed*.json")):
-        rec = json.loads(path.read_text())
-        recs.setdefault(rec["arm"], {})[int(rec["seed"])] = rec
-    return recs
 
 
 def at_cpu(rec: dict, budget: float) -> float:

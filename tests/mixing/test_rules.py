@@ -11,25 +11,38 @@ from replayloader.mixing import ODM, ExcessLoss, FixedMixture, MixingRule, ODMEx
 
 
 # ----------------------------------------------------------------------------- references
-class ReferenceSmoothedMean:
-    """Transcribed from the authors' ``SmoothedMeanWeightUpdater.group_update`` with the schedule of
-    ``DynamicDataSamplingWeight.group_update`` / ``UpdateScheduler.requires_update``
-    (alon-albalak/online-data-mixing, megatron/data/data_sampling_utils.py): plain Python over dicts, one
-    source at a time, as there; the global iteration is incremented before the update call."""
+class ReferenceSchedule:
+    """The schedule both of the authors' updaters share (alon-albalak/online-data-mixing,
+    megatron/data/data_sampling_utils.py: ``UpdateScheduler.requires_update``, ``DynamicDataSamplingWeight
+    .group_update`` and the ε lines of each ``group_update``): plain Python over dicts, one source at a time, as
+    there; the global iteration is incremented before the update call, which runs only after the warm-up."""
 
-    def __init__(self, k, smoothing, warmup):
-        self.k, self.smoothing, self.warmup = k, smoothing, warmup
-        self.estimated = {n: 0.0 for n in range(k)}
+    def __init__(self, k, warmup):
+        self.k, self.warmup = k, warmup
         self.weights = [1 / k] * k
         self.probabilities = {n: 1 / k for n in range(k)}
         self.eps, self.prev_eps, self.iteration = 1 / k, None, 0
 
     def step(self, losses, counts):
         self.iteration += 1
-        if not self.iteration > self.warmup:
-            return
-        self.prev_eps = self.eps
-        self.eps = min(1 / self.k, math.sqrt(math.log(self.k) / (self.k * self.iteration)))
+        if self.iteration > self.warmup:
+            self.prev_eps = self.eps
+            self.eps = min(1 / self.k, math.sqrt(math.log(self.k) / (self.k * self.iteration)))
+            self.update(losses, counts)
+
+    def policy(self):
+        return np.array([self.probabilities[n] for n in range(self.k)])
+
+
+class ReferenceSmoothedMean(ReferenceSchedule):
+    """Transcribed from the authors' ``SmoothedMeanWeightUpdater.group_update``."""
+
+    def __init__(self, k, smoothing, warmup):
+        super().__init__(k, warmup)
+        self.smoothing = smoothing
+        self.estimated = {n: 0.0 for n in range(k)}
+
+    def update(self, losses, counts):
         for name in range(self.k):
             if counts[name] > 0:
                 self.estimated[name] = (self.smoothing * self.estimated[name]
@@ -42,28 +55,18 @@ class ReferenceSmoothedMean:
         for name in range(self.k):
             self.probabilities[name] = self.weights[name] / total_w
 
-    def policy(self):
-        return np.array([self.probabilities[n] for n in range(self.k)])
 
-
-class ReferenceExp3:
+class ReferenceExp3(ReferenceSchedule):
     """Transcribed from the authors' ``Exp3WeightUpdater.group_update`` (same file): reward = loss / 10,
     R̂ += reward / q with q the observation probability (theirs: the current probability π; the presence
     correction: 1 − (1 − π)^B), weights exp(ε_prev R̂) (1 − K ε) / Σ + ε, then normalised."""
 
     def __init__(self, k, warmup, correction):
-        self.k, self.warmup, self.correction = k, warmup, correction
+        super().__init__(k, warmup)
+        self.correction = correction
         self.cumulative = {n: 0.0 for n in range(k)}
-        self.weights = [1 / k] * k
-        self.probabilities = {n: 1 / k for n in range(k)}
-        self.eps, self.prev_eps, self.iteration = 1 / k, None, 0
 
-    def step(self, losses, counts):
-        self.iteration += 1
-        if not self.iteration > self.warmup:
-            return
-        self.prev_eps = self.eps
-        self.eps = min(1 / self.k, math.sqrt(math.log(self.k) / (self.k * self.iteration)))
+    def update(self, losses, counts):
         b = sum(int(c) for c in counts)
         for name in range(self.k):
             if counts[name] > 0:
@@ -78,9 +81,6 @@ class ReferenceExp3:
         total_w = sum(self.weights)
         for name in range(self.k):
             self.probabilities[name] = self.weights[name] / total_w
-
-    def policy(self):
-        return np.array([self.probabilities[n] for n in range(self.k)])
 
 
 def reference_doremi(weights, scores, losses, counts, reference, eta, c):
