@@ -61,7 +61,7 @@ class Sample:
     data: dict[str, Any]
     ids: np.ndarray
     probabilities: np.ndarray
-    weights: np.ndarray | None
+    weights: np.ndarray
     ages: np.ndarray | None = None
 
 
@@ -394,7 +394,7 @@ class ReplayBuffer:
 
     def _config(self) -> dict:
         return {"capacity": self.capacity, "alpha": self.alpha, "beta": describe(self.beta), "sampling": self.sampling,
-                "tree_dtype": str(self.tree.dtype), "strategy": self.strategy.describe()}
+                "tree_dtype": str(self.tree.dtype), "strategy": self.strategy.config()}
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a `state_dict` of a buffer with the same configuration: all or nothing.

@@ -106,7 +106,7 @@ class BufferServer:
         return ids
 
     # ------------------------------------------------------------------ learner
-    def sample(self, k: int, with_mass: bool = False) -> Sample | tuple[Sample, Mass]:
+    def sample(self, k: int, *, with_mass: bool = False) -> Sample | tuple[Sample, Mass]:
         """`ReplayBuffer.sample`; with ``with_mass`` also the `Mass` the draw used."""
         sample = self.buffer.sample(k)
         return (sample, self.mass()) if with_mass else sample

@@ -104,7 +104,7 @@ class ShardedBuffer:
         masses = self.masses()
         counts = self.split(int(k), masses)
         chosen = np.flatnonzero(counts)
-        results = call([self.shards[s].handle.sample.remote(int(counts[s]), True) for s in chosen], self.names)
+        results = call([self.shards[s].handle.sample.remote(int(counts[s]), with_mass=True) for s in chosen], self.names)
         for s, (_, mass) in zip(chosen, results):
             masses[s] = mass  # the mass each shard drew with
         self._saw(masses)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .._moved import renamed_method
 from ..state.checks import field
 from .evictions import FIFO, Eviction, EvictLowest, TreeReadView
 from .initializers import BufferView, Initializer, LeastSquares, LinUCB, MaxWeight, MeanWeight, TokenIdFeatures
@@ -40,9 +41,13 @@ class Strategy:
             if not isinstance(value, kind):
                 raise TypeError(f"{arg} must be a {kind.__name__}, got {type(value).__name__}")
 
-    def describe(self) -> dict:
+    def config(self) -> dict:
+        """What a buffer's configuration records of its strategy: the parts' names (``config()``, as everywhere
+        in the library; 1.0's ``describe()`` warns for one release)."""
         return {"init": self.init.name, "update": self.update.name, "evict": self.evict.name,
                 "no_replay": self.no_replay}
+
+    describe = renamed_method("config")
 
     def bind(self, capacity: int) -> None:
         """Size the parts' per-slot memory for a buffer of ``capacity`` (called once by the buffer)."""
@@ -73,7 +78,7 @@ class Strategy:
             raise
 
     def __repr__(self) -> str:
-        d = self.describe()
+        d = self.config()
         return f"{type(self).__name__}(init={d['init']}, update={d['update']}, evict={d['evict']})"
 
 

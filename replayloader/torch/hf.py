@@ -150,7 +150,7 @@ class ScorerLike(Protocol):
 
     def score(self, candidates: Any, indices: Any = None) -> torch.Tensor: ...
 
-    def feedback(self, candidates: Any, positions: Any = None, *, main_losses: Any = None, weights: Any = None,
+    def feedback(self, candidates: Any, *, positions: Any = None, main_losses: Any = None, weights: Any = None,
                  indices: Any = None) -> float: ...
 
 
@@ -417,7 +417,7 @@ class SelectingTrainer(PrioritizedTrainer):
         per_example = self.per_example_loss(outputs, take_rows(chosen.labels, selection.positions))
         if self.scorer is not None:  # the scorer learns the rows the model trains on
             train_on_rows = getattr(self.scorer, "train_on", "selected") == "selected"
-            self.scorer.feedback((chosen.inputs, chosen.labels), selection.positions,
+            self.scorer.feedback((chosen.inputs, chosen.labels), positions=selection.positions,
                                  main_losses=per_example.detach(), indices=selection.indices,
                                  weights=selection.weights if train_on_rows else None)
         if chosen.end is not None:

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from .. import _checks as checks
+from .._moved import keyword_only
 from .._arrays import to_numpy
 from ..loader.workers import WorkerError
 from ..selection.rules import ReducibleLoss
@@ -709,7 +710,7 @@ class ProxyScorer:
         xs, ys = take_rows((xb, yb), chosen.positions)
         losses = per_example_loss(model(xs), ys)             # the main model's training forward
         ... (losses * weights).mean().backward(); optimizer.step() ...
-        proxy.feedback((xb, yb), chosen.positions, main_losses=losses.detach())
+        proxy.feedback((xb, yb), positions=chosen.positions, main_losses=losses.detach())
 
     Args:
         proxy_model: the proxy (any `torch.nn.Module`; it stays on its device, and candidates are moved there).
@@ -800,7 +801,8 @@ class ProxyScorer:
         self.counters["score_rows"] += len(losses)
         return losses.detach()
 
-    def feedback(self, candidates: Any, positions: Any = None, *, main_losses: Any = None, weights: Any = None,
+    @keyword_only("positions")
+    def feedback(self, candidates: Any, *, positions: Any = None, main_losses: Any = None, weights: Any = None,
                  indices: Any = None) -> float:
         """Train the proxy one step and log how well it tracks the main model; returns the proxy's training loss.
 

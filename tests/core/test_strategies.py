@@ -137,7 +137,7 @@ def test_no_replay_returns_exactly_the_latest_add():
 
 def test_by_name_covers_the_paper_variants():
     for name in ("none", "loss_diff", "grad_norm", "grad_bound", "loss", "lsr", "linucb"):
-        assert by_name(name).describe()["no_replay"] == (name == "none")
+        assert by_name(name).config()["no_replay"] == (name == "none")
     with pytest.raises(ValueError, match="unknown strategy name 'grad-norm'"):
         by_name("grad-norm")
     with pytest.raises(TypeError, match="init must be"):
@@ -153,3 +153,9 @@ def test_initializer_with_wrong_output_shape_is_rejected_clearly():
     with pytest.raises(ValueError, match="invalid initial weights"):
         buf.add(tokens(2))
     assert len(buf) == 0
+
+
+def test_strategy_describe_of_1_0_is_config_with_a_deprecation_warning():
+    strategy = by_name("loss_diff")
+    with pytest.warns(DeprecationWarning, match=r"Strategy\.describe\(\) is deprecated .*use \.config\(\)"):
+        assert strategy.describe() == strategy.config()

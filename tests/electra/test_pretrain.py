@@ -429,8 +429,8 @@ def test_cli_lets_a_bug_keep_its_traceback(monkeypatch, tmp_path):
 # ----------------------------------------------------------------------------- ablation knobs
 def test_eviction_option_swaps_only_the_variants_eviction(corpus, tmp_path):
     for variant in ("tmr-loss_diff", "tmr-grad_norm", "tmr-lsr"):
-        own = buffer_strategy(tiny_config(corpus, tmp_path, variant=variant)).describe()
-        fifo = buffer_strategy(tiny_config(corpus, tmp_path, variant=variant, eviction="fifo")).describe()
+        own = buffer_strategy(tiny_config(corpus, tmp_path, variant=variant)).config()
+        fifo = buffer_strategy(tiny_config(corpus, tmp_path, variant=variant, eviction="fifo")).config()
         assert own["evict"] == "lowest" and fifo == {**own, "evict": "fifo"}
     with pytest.raises(UserError, match="--eviction must be one of lowest, fifo, got 'oldest'"):
         tiny_config(corpus, tmp_path, variant="tmr-loss_diff", eviction="oldest").filled()

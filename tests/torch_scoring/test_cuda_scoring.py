@@ -75,6 +75,6 @@ def test_a_proxy_scores_and_learns_on_the_gpu():
         scores = scorer.score(pool)
         assert scores.device.type == "cuda" and scores.shape == (256,)
         rows = torch.argsort(scores, descending=True)[:32]
-        scorer.feedback(pool, rows, main_losses=scores[rows] * 2)
+        scorer.feedback(pool, positions=rows, main_losses=scores[rows] * 2)
     stats = scorer.stats()
     assert stats["steps"] == 5 and stats["rank_correlation"] == pytest.approx(1.0) and stats["train_s"] > 0

@@ -36,7 +36,7 @@ def test_the_proxy_learns_a_fixed_problem(train_on):
     for pool in pools(30, seed=1):
         scorer.score(pool)
         trained = rng.choice(32, 8, replace=False)  # the rows the main model trained on (here: any 8)
-        scorer.feedback(pool, trained if train_on == "selected" else None)
+        scorer.feedback(pool, positions=trained if train_on == "selected" else None)
     end = float(eval_scores(scorer.model, (x, y)).mean())
     assert end < 0.7 * start, (start, end)
     stats = scorer.stats()
@@ -67,10 +67,10 @@ def test_the_rank_correlation_reports_whether_the_proxy_tracks_the_main_model():
     scorer = make_proxy()
     rows = np.arange(0, 32, 2)
     own = eval_scores(scorer.model, take_rows(pool, rows))  # the proxy's losses on the rows, before its step
-    scorer.feedback(pool, rows, main_losses=own * 3 + 1)  # same ranking, other scale
+    scorer.feedback(pool, positions=rows, main_losses=own * 3 + 1)  # same ranking, other scale
     assert scorer.stats()["rank_correlation_last"] == pytest.approx(1.0)
     own = eval_scores(scorer.model, take_rows(pool, rows))
-    scorer.feedback(pool, rows, main_losses=-own)
+    scorer.feedback(pool, positions=rows, main_losses=-own)
     stats = scorer.stats()
     assert stats["rank_correlation_last"] == pytest.approx(-1.0) and stats["rank_correlation"] == pytest.approx(0.0)
     assert stats["correlated_steps"] == 2
@@ -91,22 +91,32 @@ def test_a_checkpoint_resumes_the_proxy_and_its_optimizer_exactly():
     data = pools(8, seed=2)
     whole = make_proxy()
     for pool in data:
-        whole.feedback(pool, np.arange(8))
+        whole.feedback(pool, positions=np.arange(8))
     first = make_proxy()
     for pool in data[:5]:
-        first.feedback(pool, np.arange(8), main_losses=torch.arange(8.0))
+        first.feedback(pool, positions=np.arange(8), main_losses=torch.arange(8.0))
     state = first.state_dict()
     resumed = make_proxy(seed=7)  # another start: the checkpoint decides
     resumed.load_state_dict(state)
     for pool in data[5:]:
-        resumed.feedback(pool, np.arange(8))
+        resumed.feedback(pool, positions=np.arange(8))
     assert all(torch.equal(p, q) for p, q in zip(resumed.model.parameters(), whole.model.parameters()))
     assert resumed.stats()["steps"] == 8 and resumed.stats()["correlated_steps"] == 5
 
 
+def test_positions_by_position_is_1_0s_form_and_warns():
+    """``feedback(candidates, *, positions=...)`` since 1.1 (one feedback shape: the batch, then keywords)."""
+    new, old = make_proxy(), make_proxy()
+    pool = pools(1)[0]
+    new.feedback(pool, positions=np.arange(8))
+    with pytest.warns(DeprecationWarning, match=r"ProxyScorer\.feedback\(\) .*use \.feedback\(candidates, positions=\.\.\.\)"):
+        old.feedback(pool, np.arange(8))
+    assert all(torch.equal(p, q) for p, q in zip(new.model.parameters(), old.model.parameters()))
+
+
 def test_a_bad_checkpoint_raises_invalid_state_and_changes_nothing():
     scorer = make_proxy()
-    scorer.feedback(pools(1)[0], np.arange(8))
+    scorer.feedback(pools(1)[0], positions=np.arange(8))
     before = copy.deepcopy(scorer.state_dict())
     other = make_proxy(train_on="pool").state_dict()
     mismatched = copy.deepcopy(before)
@@ -142,12 +152,12 @@ def test_bad_arguments_name_themselves_and_change_nothing():
     pool = pools(1)[0]
     scorer = ProxyScorer(proxy, optimizer, cross_entropy_rows, irreducible=np.zeros(100))
     weights = copy.deepcopy(proxy.state_dict())
-    for call, error in ((lambda: scorer.feedback(pool, np.array([0, 32])), "positions"),
-                        (lambda: scorer.feedback(pool, np.array([[0, 1]])), "positions"),
+    for call, error in ((lambda: scorer.feedback(pool, positions=np.array([0, 32])), "positions"),
+                        (lambda: scorer.feedback(pool, positions=np.array([[0, 1]])), "positions"),
                         (lambda: scorer.feedback(pool), "positions"),
-                        (lambda: scorer.feedback(pool, np.arange(4), main_losses=np.ones(3)), "main_losses"),
-                        (lambda: scorer.feedback(pool, np.arange(4), main_losses=np.ones(4)), "indices"),
-                        (lambda: scorer.feedback(pool, np.arange(4), weights=np.ones(5)), "weights"),
+                        (lambda: scorer.feedback(pool, positions=np.arange(4), main_losses=np.ones(3)), "main_losses"),
+                        (lambda: scorer.feedback(pool, positions=np.arange(4), main_losses=np.ones(4)), "indices"),
+                        (lambda: scorer.feedback(pool, positions=np.arange(4), weights=np.ones(5)), "weights"),
                         (lambda: scorer.score(pool), "indices"),
                         (lambda: scorer.score(pool, np.arange(90, 122)), "indices"),
                         (lambda: scorer.score((torch.empty(0, 8), torch.empty(0, dtype=torch.long))), "candidates")):
@@ -155,13 +165,13 @@ def test_bad_arguments_name_themselves_and_change_nothing():
             call()
     bad_loss = ProxyScorer(proxy, optimizer, lambda m, batch: cross_entropy_rows(m, batch).mean())
     with pytest.raises(ValueError, match="loss_fn"):
-        bad_loss.feedback(pool, np.arange(4))
+        bad_loss.feedback(pool, positions=np.arange(4))
     nan_loss = ProxyScorer(proxy, optimizer, lambda m, batch: cross_entropy_rows(m, batch) * float("nan"))
     with pytest.raises(ValueError, match="non-finite"):
-        nan_loss.feedback(pool, np.arange(4))
+        nan_loss.feedback(pool, positions=np.arange(4))
     pool_scorer = ProxyScorer(proxy, optimizer, cross_entropy_rows, train_on="pool")
     with pytest.raises(ValueError, match="weights"):
-        pool_scorer.feedback(pool, np.arange(4), weights=np.ones(4))
+        pool_scorer.feedback(pool, positions=np.arange(4), weights=np.ones(4))
     assert all(torch.equal(proxy.state_dict()[k], weights[k]) for k in weights)  # never trained
     for each in (scorer, bad_loss, nan_loss, pool_scorer):
         assert each.stats()["steps"] == 0 and each.stats()["pools"] == 0
@@ -188,7 +198,7 @@ def test_a_plain_loop_scores_with_the_proxy_and_trains_the_main_model_on_top_k()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            proxy.feedback((xb, yb), chosen.positions, main_losses=losses.detach(), weights=chosen.weights)
+            proxy.feedback((xb, yb), positions=chosen.positions, main_losses=losses.detach(), weights=chosen.weights)
     stats = proxy.stats()
     assert stats["steps"] == 24 and stats["train_rows"] == 24 * 8 and stats["score_rows"] == 24 * 32
     assert batches.select.selector.stats()["selected"] == 24 * 8
