@@ -6,7 +6,8 @@ Both act *after* generation, on the groups a batch produced, which is what disti
 - `OnlineFilter`: keep the groups whose mean reward lies strictly inside a band (default (0, 1): for 0/1 rewards,
   drop every all-solved and all-failed group); the batch shrinks by what it drops.
 - `DynamicSampling` (DAPO's dynamic sampling): draw prompts in shuffled passes, over-sampled, drop the groups
-  with zero reward variance, and keep drawing until ``batch_size`` groups with signal are gathered.
+  with zero reward variance, and keep drawing until ``batch_size`` groups with signal are gathered (the surplus
+  of the last draw trimmed: a batch holds exactly ``batch_size``).
 """
 from __future__ import annotations
 
@@ -80,6 +81,10 @@ class DynamicSampling:
     ``RepeatSampler`` draws; the prompts of one draw are distinct). `feedback` says which of the drawn groups
     have reward variance, and counts them toward the batch; once ``batch_size`` are kept (or after
     ``max_rounds`` draws, DAPO's ``max_num_gen_batches``) the batch is `full`, and the next draw starts a new one.
+    A batch never holds more than ``batch_size`` groups: as DAPO keeps generating until it has at least
+    ``batch_size`` groups with signal and then trims to ``batch_size``, `feedback` keeps the first ``need``
+    groups with variance (in the order given) and marks the surplus False (counted as ``trimmed``; ``dropped``
+    counts the zero-variance groups).
 
     Why it is a baseline and not the answer: every dropped group was generated and paid for; a prioritized
     sampler tries not to generate it in the first place.
@@ -120,7 +125,7 @@ class DynamicSampling:
         self.kept = 0
         self.rounds = 0
         self.last_drawn = np.full(self.num_prompts, -1, np.int64)
-        self.counters = {"drawn": 0, "groups": 0, "kept": 0, "dropped": 0, "batches": 0, "passes": 0}
+        self.counters = {"drawn": 0, "groups": 0, "kept": 0, "dropped": 0, "trimmed": 0, "batches": 0, "passes": 0}
 
     def _permutation(self) -> np.ndarray:
         return np.argsort(uniforms(self.rng_state, self.num_prompts), kind="stable")
@@ -158,16 +163,19 @@ class DynamicSampling:
         return batch
 
     def feedback(self, prompt_indices: Any, *, rewards: Any) -> np.ndarray:
-        """Which groups have reward variance (bool, one per group), counted toward the batch. Bad input raises a
+        """Which groups to train on (bool, one per group): those with reward variance, up to the ``need`` groups
+        still missing from the batch (the surplus is trimmed), counted toward the batch. Bad input raises a
         ValueError naming the argument, and nothing changes."""
         idx, values = read_groups(prompt_indices, rewards, group_size=self.group_size, binary=False,
                                   num_prompts=self.num_prompts, drawn=self.last_drawn >= 0)
-        keep = ~(values == values[:, :1]).all(axis=1)
+        signal = ~(values == values[:, :1]).all(axis=1)
+        keep = signal & (np.cumsum(signal) <= self.need)  # DAPO trims the surplus: exactly batch_size are kept
         kept = int(keep.sum())
         self.kept += kept
         self.counters["groups"] += len(idx)
         self.counters["kept"] += kept
-        self.counters["dropped"] += len(idx) - kept
+        self.counters["dropped"] += len(idx) - int(signal.sum())
+        self.counters["trimmed"] += int(signal.sum()) - kept
         return keep
 
     def stats(self) -> dict[str, Any]:

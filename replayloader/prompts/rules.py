@@ -29,6 +29,10 @@ class PriorityRule(Protocol):
     ``default_prior`` is the priority of a prompt never measured when the sampler is given no ``prior``.
     `signals` maps rewards of shape (groups, G), G ≥ 2, finite (and 0/1 when ``binary``), to one finite value
     ≥ 0 per group.
+
+    Optional: ``max_signal(group_size)``, the largest signal one group can give (``group_size`` None: any G ≥ 2).
+    A checkpoint whose summed signals exceed it times the groups recorded is refused as damaged; a rule without
+    it (or returning inf) is not checked.
     """
 
     name: str
@@ -61,6 +65,12 @@ class Learnability:
     binary = True
     default_prior = 1.0 / 6.0
 
+    def max_signal(self, group_size: int | None) -> float:
+        """k(G−k)/(G(G−1)) is largest at k = G/2: G/(4(G−1)) for even G, (G+1)/(4G) for odd G; 1/2 at G = 2."""
+        if group_size is None:
+            return 0.5
+        return (group_size // 2) * (group_size - group_size // 2) / (group_size * (group_size - 1.0))
+
     def signals(self, rewards: np.ndarray) -> np.ndarray:
         g = rewards.shape[1]
         k = rewards.sum(axis=1)
@@ -87,6 +97,10 @@ class RewardSpread:
     binary = False
     default_prior = float(np.sqrt(1.0 / 6.0))
 
+    def max_signal(self, group_size: int | None) -> float:
+        """Unbounded: a graded reward's range is not known (nor recorded), so neither is its spread."""
+        return float("inf")
+
     def signals(self, rewards: np.ndarray) -> np.ndarray:
         # shifted by each group's first reward (the std does not change): a group of equal rewards gives exactly 0,
         # where np.std of e.g. [0.2, 0.2, 0.2] gives 3e-17 and the group would never count as without signal
@@ -106,6 +120,9 @@ class Uniform:
     name = "uniform"
     binary = False
     default_prior = 1.0
+
+    def max_signal(self, group_size: int | None) -> float:
+        return 1.0
 
     def signals(self, rewards: np.ndarray) -> np.ndarray:
         return np.ones(rewards.shape[0])

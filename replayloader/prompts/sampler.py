@@ -98,7 +98,8 @@ class PromptSampler:
         prior_memory: the factor a bucket's running mean keeps of its past per feedback call, in [0, 1).
         exploration: ε, the share of draws taken uniformly among active prompts (the exploration floor).
         retest_every: every this many batches, retests lead the batch (None: never).
-        retest_size: places for retests in such a batch.
+        retest_size: places for retests in such a batch, at most ``batch_size`` (with ``retest_size =
+            batch_size`` such a batch holds only retests while judged prompts are waiting).
         stale_after: N policy steps: a record loses half its weight each N steps it is not re-measured (None: never).
         retire_after: retire a prompt solved in this many groups in a row (None: never).
         solved_reward: a group is solved when every reward is at least this.
@@ -121,6 +122,9 @@ class PromptSampler:
         n = self.num_prompts = checks.integer("num_prompts", num_prompts, 1)
         self.batch_size = checks.integer("batch_size", batch_size, 1, n, why="the prompts of a batch are distinct")
         self.rule = Learnability() if rule is None else rule
+        if isinstance(self.rule, type):
+            raise TypeError(f"rule must be a PriorityRule instance, got the class {self.rule.__name__}: pass "
+                            f"rule={self.rule.__name__}()")
         if not isinstance(self.rule, PriorityRule):
             raise TypeError(f"rule must be a PriorityRule (name, binary, default_prior, signals), got "
                             f"{type(self.rule).__name__}")
@@ -132,7 +136,8 @@ class PromptSampler:
             raise ValueError("prior_memory must be < 1 (a running mean that keeps all its past never learns), got 1.0")
         self.exploration = checks.number("exploration", exploration, 0.0, 1.0)
         self.retest_every = checks.optional_integer("retest_every", retest_every, 1)
-        self.retest_size = checks.integer("retest_size", retest_size, 1)
+        self.retest_size = checks.integer("retest_size", retest_size, 1, self.batch_size,
+                                          why=f"retests take places of a batch of batch_size={self.batch_size}")
         self.stale_after = checks.optional_integer("stale_after", stale_after, 1)
         self.retire_after = checks.optional_integer("retire_after", retire_after, 1)
         self.solved_reward = checks.number("solved_reward", solved_reward)
@@ -269,7 +274,14 @@ class PromptSampler:
         return self.num_prompts // self.batch_size
 
     def next_batch(self) -> PromptBatch:
-        """The next ``batch_size`` prompts."""
+        """The next ``batch_size`` prompts. Raises a RuntimeError when retirement left fewer than ``batch_size``
+        active prompts (a batch's prompts are distinct)."""
+        active = int(round(self._active.total))
+        if active < self.batch_size:
+            raise RuntimeError(f"next_batch needs batch_size={self.batch_size} distinct active prompts but only "
+                               f"{active} of {self.num_prompts} are active (the others were retired after "
+                               f"retire_after={self.retire_after} solved groups in a row): draw fewer with "
+                               f"sample(k), or set a larger retire_after")
         return self.sample(self.batch_size)
 
     def sample(self, k: int) -> PromptBatch:
@@ -326,12 +338,23 @@ class PromptSampler:
         Returns how many groups were recorded.
 
         Bad input (a wrong shape, NaN, a non-0/1 reward for a binary rule, a prompt this sampler never drew, a
-        group of the wrong size, a step that goes back) raises a ValueError naming the argument and the value,
-        and nothing changes.
+        prompt named in two groups of one call, a group of the wrong size, a step that goes back) raises a
+        ValueError naming the argument and the value, and nothing changes.
+
+        Feedback is not matched to draws: a second call for the same batch is taken as new groups of those prompts
+        (they count twice, and the clock advances again), as a re-generation of the same prompts would be. So
+        call it exactly once per generated batch.
         """
         idx, values = read_groups(prompt_indices, rewards, group_size=self.group_size, binary=self.rule.binary,
                                   rule_name=type(self.rule).__name__, num_prompts=self.num_prompts,
                                   drawn=self.last_drawn >= 0)
+        order = np.argsort(idx, kind="stable")
+        again = np.flatnonzero(idx[order][1:] == idx[order][:-1])
+        if len(again):
+            first, second = sorted(order[again[0]:again[0] + 2].tolist())
+            raise ValueError(f"prompt_indices names prompt {idx[first]} in groups {first} and {second} of this call: "
+                             f"a feedback call takes each drawn prompt's group once (a batch's prompts are "
+                             f"distinct); merge its completions into one group or feed them in separate calls")
         signals = np.asarray(self.rule.signals(values), np.float64)
         if signals.shape != (len(idx),) or not (np.isfinite(signals) & (signals >= 0)).all():
             raise ValueError(f"{type(self.rule).__name__}.signals must return {len(idx)} finite values >= 0, got "
@@ -351,8 +374,7 @@ class PromptSampler:
         self.measured_at[distinct] = now
         self.last_tested[distinct] = now
         solved = (values >= self.solved_reward).all(axis=1)
-        for i, done in zip(idx.tolist(), solved.tolist()):  # in order: a prompt given twice counts twice
-            self.streak[i] = self.streak[i] + 1 if done else 0
+        self.streak[idx] = np.where(solved, self.streak[idx] + 1, 0)  # idx is distinct (checked above)
         if self.retire_after is not None:
             newly = distinct[(self.streak[distinct] >= self.retire_after) & ~self.retired[distinct]]
             self.retired[newly] = True
@@ -392,8 +414,9 @@ class PromptSampler:
         return np.divide(self.successes, self.attempts, out=np.full(self.num_prompts, np.nan), where=measured)
 
     def judged(self) -> np.ndarray:
-        """Active prompts judged solved or unsolved: measured, and every measured group gave no signal (the
-        retest queue)."""
+        """A boolean mask of length N (not indices): True for the active prompts judged solved or unsolved,
+        measured with every measured group giving no signal (the retest queue). ``np.flatnonzero`` gives their
+        indices."""
         return np.isfinite(self._active.get_keys(np.arange(self.num_prompts)))
 
     def stats(self) -> dict[str, Any]:
@@ -414,6 +437,11 @@ class PromptSampler:
                 "exploration": self.exploration, "retest_every": self.retest_every, "retest_size": self.retest_size,
                 "stale_after": self.stale_after, "retire_after": self.retire_after,
                 "solved_reward": self.solved_reward, "seed": self.seed}
+
+    def _max_signal(self) -> float:
+        """The rule's largest signal of one group (inf when the rule does not say): bounds a state's signal sums."""
+        bound = getattr(self.rule, "max_signal", None)
+        return float(bound(self.group_size)) if callable(bound) else float("inf")
 
     _FLOATS = ("groups", "attempts", "successes", "signal_sum")
     _INTS = ("measured_at", "last_tested", "last_drawn", "streak")
@@ -455,6 +483,14 @@ class PromptSampler:
         for name in ("bucket_sum", "bucket_weight"):
             new[name] = array(state, name, where, (k,), "fiu", np.float64)
             finite_nonnegative(new[name], f"{where}[{name!r}]")
+        top = self._max_signal()
+        for total, count in (("signal_sum", "groups"), ("bucket_sum", "bucket_weight")):
+            over = np.flatnonzero(new[total] > top * new[count] * (1.0 + 1e-9) + 1e-12)
+            i = int(over[0]) if len(over) else 0
+            require(not len(over), f"{where}[{total!r}][{i}] = {float(new[total][i])!r} exceeds what "
+                                   f"{float(new[count][i])!r} "
+                                   f"groups ({where}[{count!r}][{i}]) can give: {type(self.rule).__name__} gives at "
+                                   f"most {top:.6g} per group (a damaged state)")
         rng = rng_words(state, "rng", where)
         counts = counters(state, "counters", where, self.counters)
         last_zero = number(state, "last_zero_variance", where, 0.0)

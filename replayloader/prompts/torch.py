@@ -256,9 +256,10 @@ class GRPOPromptSampler(Sampler[int]):
         indices = array(state, "batch_indices", where, (-1,), "iu", np.int64)
         retest = array(state, "batch_retest", where, (-1,), "b", np.bool_)
         in_chunk = len(indices) > 0
-        require(len(indices) in (0, b) and len(retest) == len(indices),
-                f"{where}['batch_indices'] must hold the current chunk's {b} prompts (or none between chunks), "
-                f"with one retest flag each; got {len(indices)} and {len(retest)}")
+        require(len(indices) in (0, b), f"{where}['batch_indices'] must hold the current chunk's {b} prompts (or "
+                                        f"none between chunks), got {len(indices)}")
+        require(len(retest) == len(indices), f"{where}['batch_retest'] must hold one retest flag per entry of "
+                                             f"'batch_indices' ({len(indices)}), got {len(retest)}")
         require(in_chunk or offset == 0, f"{where}['offset'] is {offset} but no chunk is being yielded")
         require(not in_chunk or chunk >= 1, f"{where}: a chunk is being yielded but the epoch has started none")
         require(not in_chunk or bool(((indices >= 0) & (indices < n)).all()),

@@ -23,7 +23,9 @@ Optional module (needs trl: ``pip install replayloader[trl]``). Public hooks of 
 - **Checkpoints.** A callback writes the sampler's state into every checkpoint folder (``prompt_sampler.npz``, one
   file for all processes) and `train(resume_from_checkpoint=...)` restores it, so the resumed run draws the prompt
   stream the uninterrupted one would have (``args.ignore_data_skip`` is set: the sampler resumes its own position,
-  and skipping batches would draw them again). The DataLoader reads one generation batch ahead of training, which
+  and skipping batches would draw them again). The checkpoint's RNG states are restored after the DataLoader's
+  first batch (`_load_rng_state`), so the resumed run also samples the same completions, and a reward that
+  depends on them steers the same prompt stream. The DataLoader reads one generation batch ahead of training, which
   a stopped process loses: the saved state hands those indices out again (`GRPOPromptSampler.state_dict`'s
   ``unconsumed``). With ``num_iterations > 1``, save at generation boundaries (``save_steps`` a multiple of
   ``num_iterations``): TRL itself regenerates a batch it was reusing when it resumes mid-cycle.
@@ -138,7 +140,7 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
         if not isinstance(prompt_sampler, PromptSampler):
             raise TypeError(f"prompt_sampler must be a PromptSampler, got {type(prompt_sampler).__name__}")
         if prompt_sampler.num_prompts != num_prompts:
-            raise ValueError(f"prompt_sampler covers {prompt_sampler.num_prompts} prompts but train_dataset has "
+            raise ValueError(f"prompt_sampler.num_prompts is {prompt_sampler.num_prompts} but train_dataset has "
                              f"{num_prompts} rows")
         if prompt_sampler.batch_size != chunk:
             raise ValueError(f"prompt_sampler.batch_size is {prompt_sampler.batch_size} but a generation batch holds "
@@ -152,6 +154,7 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
         self.feedback_column = self._feedback_column(feedback_reward)
         self.args.ignore_data_skip = True  # the sampler resumes its own stream: skipping would draw batches again
         self._consumed = 0  # sampler indices in the batches training steps received (the rest was read ahead)
+        self._rng_checkpoint, self._fetched = None, True  # see _load_rng_state
         self.add_callback(_SavePromptSampler(self))
 
     def _feedback_column(self, feedback_reward: str | int | None) -> int | None:
@@ -252,4 +255,27 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
                                         f"PrioritizedGRPOTrainer, so the prompt sampler cannot resume its stream")
             self.prompt_sampler.load_state_dict(load_shared_state(path))
         self._consumed = self.prompt_sampler.yielded  # a new DataLoader starts where the sampler stands
+        self._rng_checkpoint, self._fetched = None, False
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def _load_rng_state(self, checkpoint: str | None) -> None:
+        """Restore the checkpoint's RNG states after the DataLoader's first batch, not before it.
+
+        Why: with ``ignore_data_skip`` (set here) transformers restores them before the epoch's first batch, and
+        fetching that batch draws the DataLoader's base seed from torch's generator, so every completion sampled
+        after a resume came from a shifted stream (and with rewards that depend on the completions, the prompt
+        stream followed). Without ``ignore_data_skip`` transformers itself restores them after the first batch,
+        which is what this does; the uninterrupted run drew that seed when its DataLoader started."""
+        if getattr(self, "_fetched", True):
+            super()._load_rng_state(checkpoint)
+        else:
+            self._rng_checkpoint = checkpoint
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> tuple[list, Any]:
+        """``Trainer.get_batch_samples``, then the RNG restore deferred by `_load_rng_state`."""
+        batches = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._fetched = True
+        if self._rng_checkpoint is not None:
+            checkpoint, self._rng_checkpoint = self._rng_checkpoint, None
+            super()._load_rng_state(checkpoint)
+        return batches

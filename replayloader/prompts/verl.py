@@ -241,8 +241,10 @@ class VerlPromptSampler(_Base):
         indices = array(state, "batch_indices", where, (-1,), "iu", np.int64)
         retest = array(state, "batch_retest", where, (-1,), "b", np.bool_)
         in_batch = len(indices) > 0
-        require(len(indices) in (0, b) and len(retest) == len(indices),
-                f"{where}['batch_indices'] must hold the current batch's {b} prompts (or none between batches)")
+        require(len(indices) in (0, b), f"{where}['batch_indices'] must hold the current batch's {b} prompts (or "
+                                        f"none between batches), got {len(indices)}")
+        require(len(retest) == len(indices), f"{where}['batch_retest'] must hold one retest flag per entry of "
+                                             f"'batch_indices' ({len(indices)}), got {len(retest)}")
         require(in_batch or offset == 0, f"{where}['offset'] is {offset} but no batch is being handed out")
         require(not in_batch or (chunk >= 1 and bool(((indices >= 0) & (indices < self.prompts.num_prompts)).all())),
                 f"{where}['batch_indices'] must lie in [0, {self.prompts.num_prompts}) inside a started epoch")

@@ -74,6 +74,37 @@ def test_bad_feedback_is_refused_and_changes_nothing(case):
     np.testing.assert_array_equal(sampler.priorities(), priorities)  # the trees too
 
 
+def test_a_prompt_twice_in_one_call_is_refused_and_changes_nothing():
+    sampler, ids = drawn_sampler()
+    before = copy.deepcopy(sampler.state_dict())
+    with pytest.raises(ValueError, match=rf"prompt_indices names prompt {ids[1]} in groups 1 and 3 of this call"):
+        sampler.feedback(np.r_[ids[:3], ids[1]], rewards=np.ones((4, 4)))
+    flat = np.r_[np.repeat(ids[:2], 4), np.repeat(ids[0], 4)]  # G in a row, but prompt ids[0] in two runs
+    with pytest.raises(ValueError, match=rf"prompt_indices names prompt {ids[0]} in groups 0 and 2"):
+        sampler.feedback(flat, rewards=np.ones(12))
+    assert_state_equal(sampler.state_dict(), before)
+
+
+def test_feedback_given_twice_for_one_batch_counts_twice():
+    # documented: feedback is not matched to draws; a second call is taken as new groups of those prompts
+    sampler, ids = drawn_sampler()
+    groups = sampler.groups[ids].copy()
+    sampler.feedback(ids, rewards=np.ones((4, 4)))
+    sampler.feedback(ids, rewards=np.ones((4, 4)))
+    assert (sampler.groups[ids] == groups + 2).all() and sampler.clock == 3
+
+
+def test_next_batch_with_fewer_active_prompts_than_batch_size_names_both():
+    sampler = PromptSampler(4, 2, group_size=2, retire_after=1, seed=0)
+    for _ in range(2):
+        sampler.feedback(batch := sampler.next_batch().indices, rewards=np.ones((2, 2)))
+    assert sampler.stats()["active"] == 0
+    with pytest.raises(RuntimeError, match=r"next_batch needs batch_size=2 distinct active prompts but only 0 of 4 "
+                                           r"are active"):
+        sampler.next_batch()
+    assert len(batch) == 2
+
+
 def test_a_group_of_one_and_an_unknown_group_size_are_refused():
     sampler = PromptSampler(5, 2, seed=0)
     ids = sampler.next_batch().indices
@@ -105,6 +136,10 @@ def test_a_rule_returning_bad_signals_is_refused():
     ({"labels": [0, 1]}, r"labels must be 10 integers \(one per prompt\)"),
     ({"group_size": 1}, r"group_size must be None or an integer >= 2, got 1"),
     ({"rule": object()}, r"rule must be a PriorityRule"),
+    ({"rule": RewardSpread}, r"rule must be a PriorityRule instance, got the class RewardSpread: pass "
+                             r"rule=RewardSpread\(\)"),
+    ({"retest_size": 3}, r"retest_size must be an integer in \[1, 2\] \(retests take places of a batch of "
+                         r"batch_size=2\), got 3"),
 ])
 def test_bad_options_are_refused(options, message):
     arguments = {"num_prompts": 10, "batch_size": 2, **options}
@@ -119,7 +154,12 @@ def test_a_bad_state_is_refused_and_changes_nothing():
                             ({"last_drawn": np.full(20, 9)}, r"\['last_drawn'\] must lie in \[-1, 1\]"),
                             ({"retired": np.zeros(3, bool)}, r"\['retired'\] must have shape \(20,\)"),
                             ({"config": {**before["config"], "seed": 1}}, r"checkpoint has seed=1 but this prompt "
-                                                                           r"sampler has seed=0")):
+                                                                           r"sampler has seed=0"),
+                            ({"signal_sum": np.where(before["groups"] > 0, 1e6, 0.0)},
+                             r"\['signal_sum'\]\[\d+\] = 1000000.0 exceeds what 1.0 groups \(prompt sampler "
+                             r"state\['groups'\]\[\d+\]\) can give: Learnability gives at most 0.333333 per group"),
+                            ({"bucket_sum": np.array([5.0])}, r"\['bucket_sum'\]\[0\] = 5.0 exceeds what 0.0 "
+                                                              r"groups")):
         with pytest.raises(InvalidState, match=message):
             sampler.load_state_dict({**copy.deepcopy(before), **change})
         assert_state_equal(sampler.state_dict(), before)

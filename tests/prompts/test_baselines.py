@@ -39,7 +39,10 @@ def fill(dynamic, seed):
 def test_dynamic_sampling_refills_until_the_batch_has_only_groups_with_signal():
     dynamic = DynamicSampling(100, 16, oversample=1.5, group_size=4, seed=0)
     kept, rounds = fill(dynamic, 0)
-    assert len(kept) >= 16 and rounds >= 2  # two fifths of the groups have no variance: one draw is not enough
+    assert len(kept) == 16 and rounds >= 2  # two fifths of the groups have no variance: one draw is not enough
+    assert dynamic.kept == 16  # DAPO's trim: the last draw's surplus groups with signal are not kept
+    stats = dynamic.stats()
+    assert stats["kept"] + stats["dropped"] + stats["trimmed"] == stats["groups"] and stats["trimmed"] > 0
     assert all(i % 5 not in (0, 4) for i in kept)
     assert dynamic.stats()["dropped"] > 0 and dynamic.stats()["frac_zero_variance_total"] > 0.3
     first_round = dynamic.stats()["drawn"]
@@ -77,5 +80,5 @@ def test_dynamic_sampling_resumes_exactly():
     resumed = DynamicSampling(30, 5, oversample=2.0, group_size=4, seed=2)
     resumed.load_state_dict(saved)
     assert [fill(resumed, 10 * k) for k in range(1, 4)] == after
-    assert all(rounds >= 1 and len(kept) >= 5 for kept, rounds in after)
+    assert all(rounds >= 1 and len(kept) == 5 for kept, rounds in after)
     assert_state_equal(resumed.state_dict(), dynamic.state_dict())

@@ -187,8 +187,12 @@ def test_retirement_after_k_solved_groups_in_a_row():
     sampler.feedback([0, 1, 2], rewards=np.array([[1, 1], [0, 1], [1, 1]]))
     assert sampler.retired.tolist() == [True, False, False] and sampler.stats()["active"] == 2
     assert sampler.probabilities()[0] == 0
-    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 2\] \(2 of 3 prompts are not retired"):
+    with pytest.raises(RuntimeError, match=r"next_batch needs batch_size=3 distinct active prompts but only 2 of "
+                                           r"3 are active \(the others were retired after retire_after=2"):
         sampler.next_batch()
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 2\] \(2 of 3 prompts are not retired"):
+        sampler.sample(3)
+    assert len(sampler.sample(2)) == 2
 
 
 def test_a_stale_record_decays_toward_the_prior_and_is_forgotten():

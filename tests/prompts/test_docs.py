@@ -38,7 +38,7 @@ def test_the_checkpoint(monkeypatch, tmp_path):
 def test_the_baselines(monkeypatch, tmp_path, capsys):
     ns = run_block("## Baselines", monkeypatch, tmp_path)
     out = capsys.readouterr().out.splitlines()
-    assert ns["dynamic"].kept >= 16 and ns["generated"] >= 24  # ceil(16 × 1.5) first
+    assert ns["dynamic"].kept == 16 and ns["generated"] >= 24  # ceil(16 × 1.5) first; the surplus trimmed
     assert out[0].endswith(f"groups generated for {ns['dynamic'].kept} with signal")
     assert out[1] == "[False  True]"
 

@@ -164,7 +164,9 @@ def test_a_bad_state_is_refused_and_changes_nothing():
     for change, message in (({"offset": 5, "batch_indices": np.zeros(0, np.int64)},
                              r"\['offset'\] is 5 but no chunk is being yielded"),
                             ({"chunk": 99}, r"\['chunk'\] must be in \[0, 13\], got 99"),
-                            ({"prompts": {**before["prompts"], "clock": -1}}, r"\['clock'\] must be in")):
+                            ({"batch_retest": np.zeros(len(before["batch_indices"]) + 1, bool)},
+                             r"\['batch_retest'\] must hold one retest flag per entry of 'batch_indices'"),
+                            ({"prompts": {**before["prompts"], "clock": -1}}, r"\['clock'\] must be >= 0, got -1")):
         with pytest.raises(InvalidState, match=message):
             sampler.load_state_dict({**copy.deepcopy(before), **change})
         assert_state_equal(sampler.state_dict(), before)

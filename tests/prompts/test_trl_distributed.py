@@ -71,4 +71,6 @@ def test_both_processes_draw_the_one_process_prompts_and_share_its_sampler(repor
 def test_a_checkpoint_written_by_both_resumes_on_both(reports):
     for report in reports:
         assert report["resumed_calls"] == report["calls"][SAVE_AT:]
+        # each process's sampling RNG resumes too (restored after the DataLoader's first batch drew its seed)
+        assert report["resumed_completions"] == report["completions"][SAVE_AT:]
         assert report["resumed_digest"] == report["digest"]

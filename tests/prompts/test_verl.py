@@ -197,6 +197,11 @@ def test_bad_config_is_named():
     state["offset"] = 7
     with pytest.raises(InvalidState, match="offset"):
         sampler.load_state_dict(state)
+    state = sampler.state_dict()
+    state["batch_retest"] = np.zeros(len(state["batch_indices"]) + 1, bool)
+    with pytest.raises(InvalidState, match=r"\['batch_retest'\] must hold one retest flag per entry of "
+                                           r"'batch_indices' \(0\), got 1"):
+        sampler.load_state_dict(state)
 
 
 def test_the_docstring_example_runs():

@@ -46,10 +46,27 @@ class StreamReward:
     __name__ = "stream_reward"
 
     def __init__(self, group: int, offset: int = 0) -> None:
-        self.group, self.offset, self.calls = group, offset, []
+        self.group, self.offset, self.calls, self.completions = group, offset, [], []
 
     def __call__(self, completions, prompt_index, trainer_state, **kwargs):
         self.calls.append([int(i) for i in prompt_index])
+        self.completions.append(list(completions))  # not rewarded: a resume check of the sampling RNG
         places = (np.arange(len(completions)) + self.offset) % self.group
         codes = np.asarray(prompt_index) * 31 + trainer_state.global_step * 17 + places * 7
         return ((codes % 5) < 2).astype(float).tolist()
+
+
+class CompletionReward:
+    """A reward function that depends on what the model generated (0/1: whether the completion's character codes
+    sum to an even number), recording each call's ``prompt_index`` list and completions: a resumed run matches the
+    uninterrupted one only if it generates the same completions, so only if the sampling RNG resumes exactly."""
+
+    __name__ = "completion_reward"
+
+    def __init__(self) -> None:
+        self.calls, self.completions = [], []
+
+    def __call__(self, completions, prompt_index, **kwargs):
+        self.calls.append([int(i) for i in prompt_index])
+        self.completions.append(list(completions))
+        return [float(sum(map(ord, c)) % 2 == 0) for c in completions]

@@ -3,8 +3,8 @@
 
 Process r writes ``OUT/report-r.json``: the prompt indices its reward function saw at each generation (its slice
 of the generation batch: 6 completions of 3 prompts x 4, so each slice cuts a group), the sampler's state digest
-and counts after 4 steps (a checkpoint written at step 2, one file for both), and the slices seen when a second
-trainer resumes from that checkpoint.
+and counts after 4 steps (a checkpoint written at step 2, one file for both), and the slices and completions seen
+when a second trainer resumes from that checkpoint.
 """
 from __future__ import annotations
 
@@ -37,13 +37,14 @@ def main() -> None:
     rank, world = first.accelerator.process_index, first.accelerator.num_processes
     first_reward.offset = rank * PER_PROCESS  # this process's first completion in the generation batch
     first.train()
-    report = {"rank": rank, "world": world, "calls": first_reward.calls,
+    report = {"rank": rank, "world": world, "calls": first_reward.calls, "completions": first_reward.completions,
               "digest": state_digest(first.prompt_sampler.state_dict()),
               "stats": {k: v for k, v in first.prompt_sampler.stats().items() if isinstance(v, (int, float))}}
     resumed_reward = tiny.StreamReward(group=4, offset=rank * PER_PROCESS)
     resumed = trainer(out / "b", resumed_reward)
     resumed.train(resume_from_checkpoint=str(out / "a" / f"checkpoint-{SAVE_AT}"))
     report["resumed_calls"] = resumed_reward.calls
+    report["resumed_completions"] = resumed_reward.completions
     report["resumed_digest"] = state_digest(resumed.prompt_sampler.state_dict())
     (out / f"report-{rank}.json").write_text(json.dumps(report))
     resumed.accelerator.wait_for_everyone()
