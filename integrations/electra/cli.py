@@ -30,6 +30,10 @@ from pathlib import Path
 # numpy, so that every entry point (replayloader-tmr, python -m, examples/electra_tmr.py) gets it.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from ._extra import require_extra  # noqa: E402
+
+require_extra()  # before torch is imported: without the extra, one line naming it and exit status 2
+
 from .common import (OptionParser, OptionSet, ProcessOptions, UserError, add_command,  # noqa: E402
                      apply_process_options, option, options_from, report_user_error, typed_options)
 from .pretrain.config import DEFAULT_OUTPUT  # noqa: E402

@@ -206,3 +206,21 @@ def test_a_progress_bar_is_quiet_when_its_stream_is_not_a_terminal(monkeypatch):
     monkeypatch.setattr(common, "REDIRECTED_BAR_SECONDS", 0.3)
     log = _run_bar(io.StringIO(), 1.3)
     assert 1 <= log.count("\r") <= 1.3 / 0.3 + 2 and log.endswith("\n"), log
+
+
+@pytest.mark.parametrize("module", ["torch", "transformers"])
+def test_without_the_electra_extra_the_command_names_it_in_one_line_and_exits_2(module):
+    """``pip install replayloader`` installs ``replayloader-tmr`` too; without the extra, ``--help`` must not die
+    in a ModuleNotFoundError traceback. Simulated: the module set to None in sys.modules (import fails)."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; sys.modules[{module!r}] = None; sys.argv = ['replayloader-tmr', '--help']\n"
+            "from replayloader_electra.cli import main\nsys.exit(main())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0] == (f"error: replayloader-tmr needs the electra extra, which is not installed (no module named "
+                        f"{module!r}): pip install 'replayloader[electra]'")
