@@ -21,7 +21,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from replayloader import ODM, FixedMixture
+from replayloader.mixing import ODM, FixedMixture
 from replayloader.mixing.torch import MixtureBatchSampler, concat_sources
 
 NAMES = ["easy", "curved", "noisy", "rare"]

@@ -19,7 +19,7 @@ import numpy as np
 import ray
 import torch
 
-from replayloader import RateLimiter
+from replayloader.loader import RateLimiter
 from replayloader.ray import RayReplayLoader, RemoteBuffer
 from replayloader.strategies import by_name
 

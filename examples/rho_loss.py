@@ -28,7 +28,8 @@ from sklearn.model_selection import train_test_split
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from replayloader import PrioritizedSampler, ReducibleLoss, Selector, TopK, irreducible_losses
+from replayloader import PrioritizedSampler, Selector
+from replayloader.selection import ReducibleLoss, TopK, irreducible_losses
 from replayloader.torch import CandidateBatchSampler, take_rows
 
 

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 import dqn_cartpole  # noqa: E402
 from dqn_cartpole import BATCH, STEPS_PER_CALL, WARMUP, Actor, learn, q_network, td_errors  # noqa: E402
-from replayloader import RateLimiter  # noqa: E402
+from replayloader.loader import RateLimiter  # noqa: E402
 from replayloader.ray import RayReplayLoader, RemoteBuffer  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
 

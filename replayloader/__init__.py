@@ -14,37 +14,32 @@ What you have, and what to use (each folder's ``__init__`` is its public face):
 ``import replayloader`` needs only numpy and numba: names that need torch are imported on first use.
 """
 from . import _moved, strategies
-from .buffer import ReplayBuffer, Sample
-from .loader import RateLimiter, RateLimitTimeout, LimiterClosed, ReplayBatch, ReplayDataLoader, WorkerError
-from .sampler import LinearSchedule, PrioritizedSampler, SampledBatch
-from .selection import (BufferScoreThenSelect, Proportional, ReducibleLoss, ReusedPool, ScoreThenSelect,
-                        SelectionSwitch, SelectiveBackprop, Selector, TopK, TrainingLoss, fit_irreducible,
-                        irreducible_losses)
-from .mixing import ODM, ExcessLoss, FixedMixture, MixtureBatch, MixtureSampler
+from .buffer import ReplayBuffer
+from .loader import LimiterClosed, RateLimitTimeout, ReplayDataLoader, WorkerError
+from .sampler import LinearSchedule, PrioritizedSampler
+from .selection import ScoreThenSelect, Selector
+from .mixing import MixtureSampler
 from .state import InvalidState, StateFileError, load_state, save_state
 
 __version__ = "1.0.0"
 
 _moved.install()
 
-_NEEDS_TORCH = {"PrioritizedBatchSampler": "replayloader.torch", "CandidateBatchSampler": "replayloader.torch",
-                "DistributedPrioritizedSampler": "replayloader.distributed",
-                "DistributedScoreThenSelect": "replayloader.distributed",
-                "BackgroundScorer": "replayloader.torch", "ProxyScorer": "replayloader.torch",
-                "MixtureBatchSampler": "replayloader.mixing.torch", "MixtureIterableDataset": "replayloader.mixing.torch",
-                "concat_sources": "replayloader.mixing.torch"}
+_NEEDS_TORCH = {"PrioritizedBatchSampler": "replayloader.torch",
+                "DistributedPrioritizedSampler": "replayloader.distributed"}
 
-__all__ = ["ReplayBuffer", "Sample", "ReplayDataLoader", "ReplayBatch", "strategies", "RateLimiter",
-           "RateLimitTimeout", "LimiterClosed", "WorkerError", "PrioritizedSampler", "SampledBatch",
-           "LinearSchedule", "Selector", "TopK", "Proportional", "SelectiveBackprop", "TrainingLoss",
-           "ReducibleLoss", "ScoreThenSelect", "BufferScoreThenSelect", "irreducible_losses", "fit_irreducible",
-           "ReusedPool", "SelectionSwitch", "InvalidState", "StateFileError", "save_state", "load_state",
-           "MixtureSampler", "MixtureBatch", "FixedMixture", "ODM", "ExcessLoss", *_NEEDS_TORCH, "__version__"]
+# The front: what a user starts from, and the errors. Everything else is in its subpackage's ``__all__``; a
+# name that was here in 1.0 still works for one release, with a DeprecationWarning naming its home.
+__all__ = ["ReplayBuffer", "ReplayDataLoader", "strategies", "PrioritizedSampler", "PrioritizedBatchSampler",
+           "DistributedPrioritizedSampler", "LinearSchedule", "Selector", "ScoreThenSelect", "MixtureSampler",
+           "save_state", "load_state",
+           "InvalidState", "StateFileError", "WorkerError", "RateLimitTimeout", "LimiterClosed", "__version__"]
 
 
 def __getattr__(name: str):
-    """Names that need torch, imported on first use (``import replayloader`` never loads torch); and the
-    plumbing that left the top level in 1.0, still served for one release with a DeprecationWarning."""
+    """Names that need torch, imported on first use (``import replayloader`` never loads torch); and the names
+    that left the top level (plumbing in 1.0, everything but the front in 1.1), still served for one release
+    with a DeprecationWarning."""
     if name in _NEEDS_TORCH:
         import importlib
 

@@ -32,8 +32,23 @@ MOVED_NAMES = {"SumTree": "replayloader.sumtree", "Storage": "replayloader.buffe
                "flatten_state": "replayloader.state", "unflatten_state": "replayloader.state"}
 
 
-def _warn(old: str, new: str) -> None:
-    warnings.warn(f"{old} moved to {new} in replayloader 1.0; the old path will be removed in the next release",
+# 1.1's small front: ``import replayloader`` exports what a user starts from and the errors; the rest lives in
+# its subpackage (its public face), and the old top-level name warns for one release.
+FRONT_1_1 = {name: f"replayloader.{home}" for home, names in {
+    "buffer": ["Sample"],
+    "loader": ["ReplayBatch", "RateLimiter"],
+    "sampler": ["SampledBatch"],
+    "selection": ["TopK", "Proportional", "SelectiveBackprop", "TrainingLoss", "ReducibleLoss",
+                  "BufferScoreThenSelect", "irreducible_losses", "fit_irreducible", "ReusedPool", "SelectionSwitch"],
+    "mixing": ["MixtureBatch", "FixedMixture", "ODM", "ExcessLoss", "MixtureBatchSampler", "MixtureIterableDataset",
+               "concat_sources"],
+    "torch": ["CandidateBatchSampler", "BackgroundScorer", "ProxyScorer"],
+    "distributed": ["DistributedScoreThenSelect"],
+}.items() for name in names}
+
+
+def _warn(old: str, new: str, since: str = "1.0") -> None:
+    warnings.warn(f"{old} moved to {new} in replayloader {since}; the old path will be removed in the next release",
                   DeprecationWarning, stacklevel=3)
 
 
@@ -62,10 +77,11 @@ def install() -> None:
 
 def moved_name(name: str) -> Any:
     """A name that left ``import replayloader``'s top level, from its new home (with the warning), or None."""
-    if name not in MOVED_NAMES:
+    home = MOVED_NAMES.get(name) or FRONT_1_1.get(name)
+    if home is None:
         return None
-    _warn(f"replayloader.{name}", f"{MOVED_NAMES[name]}.{name}")
-    value = getattr(importlib.import_module(MOVED_NAMES[name]), name)
+    _warn(f"replayloader.{name}", f"{home}.{name}", "1.0" if name in MOVED_NAMES else "1.1")
+    value = getattr(importlib.import_module(home), name)  # a name that needs torch: imported now, on first use
     setattr(sys.modules[__name__.rpartition(".")[0]], name, value)  # warned once; later lookups find it directly
     return value
 

@@ -11,8 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from replayloader.state.atomic import atomic_write_text
-from replayloader.state.files import StateFileError
+from replayloader.state import StateFileError, atomic_write_text
 
 
 class JsonLinesWriter:

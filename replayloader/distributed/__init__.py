@@ -8,16 +8,30 @@
   launcher, never fork a threaded rank (``distributed.launcher``).
 - `ProcessGroup`: the few collectives every part above uses.
 """
-from .group import ProcessGroup, current_group
+import importlib as _importlib
+
+from .group import ProcessGroup
 from .launcher import (LAUNCHER_GONE_EXIT, fork_safe_context, session, shutdown, started_by_launcher,
                        watch_launcher)
 from .replay_shard import ReplayShard
-from .sampler import (DistributedPrioritizedSampler, RankBatch, advance_to_epoch, check_dataset_size,
-                      share_positions)
+from .sampler import DistributedPrioritizedSampler, RankBatch
 from .select import DistributedScoreThenSelect
 from .state_files import load_shared_state, save_shared_state, state_digest, verify_identical
 
 __all__ = ["DistributedPrioritizedSampler", "DistributedScoreThenSelect", "RankBatch", "ReplayShard",
            "save_shared_state", "load_shared_state", "state_digest", "verify_identical", "session", "shutdown",
-           "watch_launcher", "fork_safe_context", "started_by_launcher", "LAUNCHER_GONE_EXIT", "ProcessGroup",
-           "current_group", "check_dataset_size", "advance_to_epoch", "share_positions"]
+           "watch_launcher", "fork_safe_context", "started_by_launcher", "LAUNCHER_GONE_EXIT", "ProcessGroup"]
+
+# Plumbing that 1.0 exported here, served from its module for one release with a DeprecationWarning.
+_PLUMBING = {"current_group": "group", "check_dataset_size": "sampler", "advance_to_epoch": "sampler",
+             "share_positions": "sampler"}
+
+
+def __getattr__(name: str):
+    if name in _PLUMBING:
+        from .._moved import _warn
+
+        home = f"{__name__}.{_PLUMBING[name]}"
+        _warn(f"{__name__}.{name}", f"{home}.{name}", "1.1")
+        return getattr(_importlib.import_module(home), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -57,6 +57,9 @@ class _Slice:
 class ReusedPool(WrappedSelector):
     """Score one candidate pool, train on it for ``steps`` (m) steps of n_b = ``selector.rule.k`` rows.
 
+    Experimental: no measurement in this repository yet shows it paying for itself; it may change or go until
+    one does (docs/selection.md, "Experimental levers").
+
     Args:
         selector: a `Selector` whose rule picks a fixed k (`TopK`, `Proportional`); `SelectiveBackprop` keeps a
             varying number of rows and is refused.

@@ -96,6 +96,9 @@ def _rate_from_sums(n: float, sc: float, sy: float, scc: float, scy: float) -> f
 class SelectionSwitch(WrappedSelector):
     """Select while it pays, uniform otherwise; off for good once the learner passes the irreducible-loss model.
 
+    Experimental: no measurement in this repository yet shows it paying for itself; it may change or go until
+    one does (docs/selection.md, "Experimental levers").
+
     Args:
         selector: the `Selector` used in selection steps; its rule must pick a fixed k (n_b), which is also the
             number of rows a uniform step trains.

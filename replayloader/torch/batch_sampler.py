@@ -66,7 +66,7 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
             yield batch.indices.tolist()
 
     def set_epoch(self, epoch: int) -> None:
-        """What frameworks call at each epoch start; see `distributed.advance_to_epoch`. Batches drawn ahead for
+        """What frameworks call at each epoch start; see `distributed.sampler.advance_to_epoch`. Batches drawn ahead for
         an epoch that is being skipped are dropped.
 
         After `load_state_dict` the loop's epoch is that of the oldest batch drawn before the checkpoint and not

@@ -327,6 +327,9 @@ _SECONDS = ("wait_s", "score_s", "load_s", "snapshot_s")
 class BackgroundScorer:
     """Scores the next candidate pool with a copy of the model while the trainer trains on the current one.
 
+    Experimental: no measurement in this repository yet shows it paying for itself; it may change or go until
+    one does (docs/selection.md, "Experimental levers").
+
     The plain loop (``batches`` a `CandidateBatchSampler`, ``pools`` its DataLoader's iterator)::
 
         xb, yb = next(pools); info = batches.next_batch_info(); scorer.submit((xb, yb))
@@ -702,6 +705,9 @@ class ProxyScorer:
     """A small model that learns online beside the main one and scores the candidates in its place (ClassAct,
     JEST): `score` is one no-grad forward of the proxy over the pool; `feedback` trains it one optimizer step
     on the rows the main model trained on (``train_on="selected"``) or on the whole pool (``"pool"``).
+
+    Experimental: no measurement in this repository yet shows it paying for itself; it may change or go until
+    one does (docs/selection.md, "Experimental levers").
 
     The loop (``batches`` a `CandidateBatchSampler`)::
 

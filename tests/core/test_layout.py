@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import replayloader
-from replayloader._moved import MOVED_MODULES, MOVED_NAMES
+from replayloader._moved import FRONT_1_1, MOVED_MODULES, MOVED_NAMES
 
 PACKAGE = Path(replayloader.__file__).parent
 # Lower layers never import higher ones. A folder may import its own layer's other folders only where listed.
@@ -121,6 +121,31 @@ def test_import_replayloader_exports_features_and_errors_not_plumbing_and_never_
                     "ScoreThenSelect", "DistributedPrioritizedSampler", "InvalidState", "WorkerError"):
         assert feature in exported
     assert not exported & set(MOVED_NAMES)  # SumTree, Storage, LockedBuffer, ...: reachable from their homes
+    assert not exported & set(FRONT_1_1)  # 1.1's small front: the rest is in the subpackages
+    assert len(exported) <= 20, sorted(exported)  # what a user starts from, plus the errors
+
+
+def test_the_names_that_left_the_front_in_1_1_still_import_with_a_warning_naming_their_home():
+    """One process for all of them: each old top-level name is its home's object, with one DeprecationWarning
+    saying where it lives now."""
+    names = sorted(name for name, home in FRONT_1_1.items()
+                   if importlib.util.find_spec("torch") is not None or home not in ("replayloader.torch",)
+                   and name not in ("MixtureBatchSampler", "MixtureIterableDataset", "concat_sources"))
+    code = ("import importlib, warnings, replayloader\n"
+            "from replayloader._moved import FRONT_1_1\n"
+            f"for name in {names!r}:\n"
+            "    with warnings.catch_warnings(record=True) as caught:\n"
+            "        warnings.simplefilter('always')\n"
+            "        value = getattr(replayloader, name)\n"
+            "    home = importlib.import_module(FRONT_1_1[name])\n"
+            "    assert value is getattr(home, name), name\n"
+            "    mine = [w for w in caught if w.category is DeprecationWarning and 'replayloader.' + name in str(w.message)]\n"
+            "    print(name, len(mine), mine[0].message if mine else '')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    assert len(lines) == len(names)
+    for name, line in zip(names, lines):
+        assert line.startswith(f"{name} 1 replayloader.{name} moved to {FRONT_1_1[name]}.{name} in replayloader 1.1"), line
 
 
 @pytest.mark.parametrize("old", sorted(MOVED_MODULES))
@@ -178,3 +203,23 @@ def test_the_one_feedback_verb_and_its_deprecated_0_1_name_do_the_same(family):
     assert old == obj.feedback
     old(handle, **feedback)
     assert old(handle, loss=3 * feedback["loss"]) > 0  # a second loss: the default LossDifference changes weights too
+
+
+def test_the_integration_imports_only_names_in_a_public_face():
+    """docs/architecture.md: the ELECTRA integration uses the library as any user would, through the public faces
+    (``replayloader`` and its subpackages' ``__init__``), importing only names in their ``__all__``."""
+    pytest.importorskip("torch")  # replayloader.distributed and .torch need it
+    integration = PACKAGE.parent / "integrations" / "electra"
+    wrong = []
+    for path in sorted(integration.rglob("*.py")):
+        where = path.relative_to(integration)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("replayloader"):
+                if node.module.count(".") > 1:
+                    wrong.append(f"{where}: from {node.module} (not a public face)")
+                    continue
+                public = getattr(importlib.import_module(node.module), "__all__", ())
+                wrong += [f"{where}: from {node.module} import {a.name}" for a in node.names if a.name not in public]
+            elif isinstance(node, ast.Import):
+                wrong += [f"{where}: import {a.name}" for a in node.names if a.name.startswith("replayloader.")]
+    assert not wrong

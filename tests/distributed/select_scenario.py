@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from replayloader import PrioritizedSampler
-from replayloader.distributed import share_positions
+from replayloader.distributed.sampler import share_positions
 from replayloader.selection import Proportional, SelectiveBackprop, Selector, TopK
 
 from . import scenario as sc

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from replayloader import PrioritizedBatchSampler, PrioritizedSampler, SampledBatch
+from replayloader import PrioritizedBatchSampler, PrioritizedSampler
+from replayloader.sampler import SampledBatch
 from replayloader.distributed import load_shared_state, state_digest
 
 from . import scenario as sc

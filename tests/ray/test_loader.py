@@ -10,7 +10,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from replayloader import RateLimiter, RateLimitTimeout, ReplayBuffer, WorkerError, load_state, save_state  # noqa: E402
+from replayloader import RateLimitTimeout, ReplayBuffer, WorkerError, load_state, save_state
+from replayloader.loader import RateLimiter  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
 from replayloader.ray import BufferActorDied, ProducerDied, RayReplayLoader, RemoteBuffer, ShardedBuffer  # noqa: E402
 from tests.core.helpers import assert_state_equal  # noqa: E402

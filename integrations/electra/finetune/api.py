@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from replayloader.state.atomic import atomic_write_text
+from replayloader.state import atomic_write_text
 
 from ..common import format_mean_std, mean_std, pick_device, UserError
 from .glue import (check_local_files, encode_glue_split, get_task, GLUE_EIGHT, GLUE_HUB_NAME, GLUE_TASKS,

@@ -40,9 +40,9 @@ from safetensors.numpy import save_file as save_numpy_file
 from safetensors.torch import load_file as load_torch_file
 from safetensors.torch import save_file as save_torch_file
 
-from replayloader.distributed import replay_shard as shards
-from replayloader.state.atomic import atomic_directory, atomic_write_text, is_temporary, sha256_bytes, sha256_file
-from replayloader.state.files import StateFileError, flatten_state, unflatten_state
+from replayloader.distributed import ReplayShard
+from replayloader.state import (StateFileError, atomic_directory, atomic_write_text, flatten_state, is_temporary,
+                                sha256_bytes, sha256_file, unflatten_state)
 
 from ..common import UserError
 from .distributed import World
@@ -185,7 +185,7 @@ def verify_checkpoint(path: Path) -> dict:
     files = manifest["files"]
     ranks = manifest["world_size"]
     expected = [TENSORS_FILE] + [f.name for rank in range(int(ranks))
-                                 for f in _rank_files(path, shards.ReplayShard(rank, int(ranks)))]
+                                 for f in _rank_files(path, ReplayShard(rank, int(ranks)))]
     for name in expected:
         if name not in files:
             raise StateFileError(state_file, f"its manifest does not list {name}")
@@ -376,18 +376,19 @@ def export_pair(pair: torch.nn.Module, tokenizer: Any, out_dir: Path) -> str:
 
 def check_world_size(path: Path, state: dict, ranks: int) -> None:
     """A checkpoint holds one replay shard and data position per rank, so it continues on that many ranks only."""
-    try:
-        shards.check_world_size(int(state.get("world_size", 1)), ranks, f"checkpoint {path}",
-                                "its replay shards and data positions are per rank")
-    except ValueError as exc:
-        raise UserError(str(exc)) from exc
+    saved = int(state.get("world_size", 1))
+    if saved != ranks:
+        how = ("one process (plain python)" if saved == 1
+               else f"{saved} processes in total (e.g. torchrun with {saved} processes in total)")
+        raise UserError(f"checkpoint {path} was written by {saved} rank(s) but this run has {ranks}; its replay "
+                        f"shards and data positions are per rank, so resume it with {how}")
 
 
-def _rank_files(path: Path, shard: shards.ReplayShard) -> tuple[Path, Path]:
+def _rank_files(path: Path, shard: ReplayShard) -> tuple[Path, Path]:
     return shard.file(path, ".safetensors"), shard.file(path, ".json")
 
 
-def _save_rank_state(path: Path, shard: shards.ReplayShard, state: dict) -> None:
+def _save_rank_state(path: Path, shard: ReplayShard, state: dict) -> None:
     arrays, meta = flatten_state(state)
     tensors, meta_file = _rank_files(path, shard)
     save_numpy_file({k: (v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.ascontiguousarray(v))
@@ -395,7 +396,7 @@ def _save_rank_state(path: Path, shard: shards.ReplayShard, state: dict) -> None
     meta_file.write_text(json.dumps(meta))
 
 
-def _load_rank_state(path: Path, shard: shards.ReplayShard) -> dict:
+def _load_rank_state(path: Path, shard: ReplayShard) -> dict:
     tensors, meta_file = _rank_files(path, shard)
     return unflatten_state(load_numpy_file(str(tensors)), json.loads(meta_file.read_text()))
 

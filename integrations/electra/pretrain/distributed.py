@@ -4,7 +4,7 @@
 (or with WORLD_SIZE=1) the run is a `World` of one process whose methods change nothing, so a plain
 ``python examples/electra_tmr.py pretrain`` computes exactly what it did before. Under torchrun it is a
 `DistributedWorld` (NCCL on ``cuda:LOCAL_RANK``, gloo on CPU): one `DistributedDataParallel` around the whole
-generator+discriminator pair, one replay buffer and one seed stream per rank (`replayloader.shards.ReplayShard`),
+generator+discriminator pair, one replay buffer and one seed stream per rank (`replayloader.distributed.ReplayShard`),
 a disjoint share of every epoch's examples per rank, and one all-reduce per step for the loss shares and one per
 logged step (`--log-every`) for the logged numbers.
 
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from replayloader.distributed import LAUNCHER_GONE_EXIT, shutdown, watch_launcher  # noqa: F401 (re-exported)
-from replayloader.distributed.replay_shard import ReplayShard
+from replayloader.distributed import ReplayShard
 
 from ..common import UserError, pick_device, set_seed
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from safetensors.torch import load as load_tensors, save as save_tensors
 
-from replayloader.state.atomic import atomic_write_bytes
+from replayloader.state import atomic_write_bytes
 
 from ..common import UserError, option
 from .corruption import SpecialIds, corrupt_batch

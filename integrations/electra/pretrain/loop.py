@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from replayloader import ReplayBuffer, ReplayDataLoader
-from replayloader.state.atomic import atomic_write_text
+from replayloader.state import atomic_write_text
 
 from transformers import get_linear_schedule_with_warmup
 

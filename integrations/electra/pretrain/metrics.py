@@ -14,7 +14,7 @@ import torch
 from scipy.stats import entropy
 from sklearn.metrics import roc_auc_score
 
-from replayloader.state.files import StateFileError
+from replayloader.state import StateFileError
 from replayloader.strategies import grad_bound_sigmoid
 
 from ..common import UserError

@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from replayloader.distributed import replay_shard as shards
-from replayloader.state.atomic import atomic_write_text
-from replayloader.state.files import StateFileError
+from replayloader.distributed import ReplayShard
+from replayloader.state import StateFileError, atomic_write_text
 
 from ..common import UserError
 from .checkpoint import (_STEP_DIR, CHECKPOINT_FORMAT, STATE_FILE, TENSORS_FILE, _check_safetensors, _rank_files,
@@ -70,7 +69,7 @@ def upgrade_step_dir(path: Path) -> str:
     _check_safetensors(path / TENSORS_FILE)
     rank_meta = {}
     for rank in range(ranks):
-        tensors, meta_file = _rank_files(path, shards.ReplayShard(rank, ranks))
+        tensors, meta_file = _rank_files(path, ReplayShard(rank, ranks))
         for file in (tensors, meta_file):
             if not file.is_file():
                 raise StateFileError(file, "missing")
