@@ -5,7 +5,7 @@
     python experiments/grpo_task.py warmup                                  # once: runs/grpo/warmup/
     python experiments/grpo_prompts.py run --arm uniform --seed 0 --seconds 900 --out runs/grpo_prompts/pilot
     python experiments/grpo_prompts.py run --arm learnability --seed 0 --cpu-budget 150 --out runs/grpo_prompts/pilot
-    python experiments/grpo_prompts.py block --seeds 2 --cpu-budget 150 --out runs/grpo_prompts/pilot  # arms side by side
+    python experiments/grpo_prompts.py block --seeds 2 --cpu-budget 150 --out runs/grpo_prompts/pilot  # side by side
     python experiments/grpo_prompts.py summary runs/grpo_prompts/pilot      # the pilot's numbers
     python experiments/grpo_prompts.py analyse runs/grpo_prompts/pilot --target 0.86 0.88 --clock cpu
 
@@ -25,11 +25,11 @@ sampler).
 **The clock.** ``clock`` = wall seconds since training began, minus every held-out evaluation (the evaluation
 runs inside ``on_step_end`` and its time is subtracted), so it counts data loading, prompt drawing, generation,
 rewards, the sampler's feedback, the optimizer step and TRL's logging; ``cpu`` is the same in this process's
-CPU seconds (``time.process_time``), much less sensitive to other processes on a shared machine (caches and memory
-bandwidth are still shared). Each step record also
-holds the seconds of generation + scoring (``_generate_and_score_completions``) and the sampler's own seconds
-(draws + feedback; the learnability arm only), and the generated tokens (every completion's tokens, <eos>
-included).
+CPU seconds (``time.process_time``), much less sensitive to other processes on a shared machine (caches and
+memory bandwidth are still shared). Each step record also holds the seconds of generation + scoring
+(``_generate_and_score_completions``) and the sampler's own seconds (draws + feedback; the learnability arm
+only), each also in CPU seconds (``gen_cpu``, ``sampler_cpu``), and the generated tokens (every completion's
+tokens, <eos> included).
 
 Records: ``<out>/<arm>-seed<k>.jsonl``, one JSON object a line: ``meta``, then ``step`` lines (one per optimizer
 step), ``eval`` lines (every ``--eval-every`` steps and at the end, greedy held-out accuracy per difficulty),
@@ -71,21 +71,25 @@ def _timed(base):
 
     class Timed(base):
         gen_seconds = 0.0
+        gen_cpu = 0.0
         sampler_seconds = 0.0
+        sampler_cpu = 0.0
 
         def _generate_and_score_completions(self, *args, **kwargs):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return super()._generate_and_score_completions(*args, **kwargs)
             finally:
                 self.gen_seconds += time.perf_counter() - t
+                self.gen_cpu += time.process_time() - c
 
         def _feed_back(self, *args, **kwargs):  # only PrioritizedGRPOTrainer has it
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return super()._feed_back(*args, **kwargs)
             finally:
                 self.sampler_seconds += time.perf_counter() - t
+                self.sampler_cpu += time.process_time() - c
 
     Timed.__name__ = f"Timed{base.__name__}"
     return Timed
@@ -108,7 +112,7 @@ class Recorder:
         self.eval_cpu = 0.0
         self.tokens = 0
         self.trainer = None
-        self.last = {"clock": 0.0, "gen": 0.0, "sampler": 0.0}
+        self.last = {"clock": 0.0, "gen": 0.0, "sampler": 0.0, "gen_cpu": 0.0, "sampler_cpu": 0.0}
         self.file = path.open("w")
         rec = self
 
@@ -157,8 +161,11 @@ class Recorder:
         tr = self.trainer
         self.write({"type": "step", "step": state.global_step, "clock": round(clock, 4), "cpu": round(self.cpu(), 4),
                     "dt": round(clock - self.last["clock"], 4), "gen": round(tr.gen_seconds - self.last["gen"], 4),
-                    "sampler": round(tr.sampler_seconds - self.last["sampler"], 5), "tokens": self.tokens})
-        self.last = {"clock": clock, "gen": tr.gen_seconds, "sampler": tr.sampler_seconds}
+                    "sampler": round(tr.sampler_seconds - self.last["sampler"], 5),
+                    "gen_cpu": round(tr.gen_cpu - self.last["gen_cpu"], 4),
+                    "sampler_cpu": round(tr.sampler_cpu - self.last["sampler_cpu"], 5), "tokens": self.tokens})
+        self.last = {"clock": clock, "gen": tr.gen_seconds, "sampler": tr.sampler_seconds, "gen_cpu": tr.gen_cpu,
+                     "sampler_cpu": tr.sampler_cpu}
         done = ((self.seconds is not None and clock >= self.seconds)
                 or (self.cpu_budget is not None and self.cpu() >= self.cpu_budget)
                 or (self.max_steps is not None and state.global_step >= self.max_steps))
@@ -215,11 +222,12 @@ def run(arm: str, seed: int, seconds: float | None, eval_every: int, out: Path, 
         draw = sampler.next_batch
 
         def timed_draw(*a, **k):  # the sampler's draws, timed (instrumentation only)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return draw(*a, **k)
             finally:
                 trainer.sampler_seconds += time.perf_counter() - t
+                trainer.sampler_cpu += time.process_time() - c
 
         sampler.next_batch = timed_draw
     rec.trainer = trainer
@@ -236,7 +244,8 @@ def run(arm: str, seed: int, seconds: float | None, eval_every: int, out: Path, 
     rec.write({"type": "end", "clock": round(rec.clock(), 3), "cpu": round(rec.cpu(), 3),
                "steps": trainer.state.global_step,
                "tokens": rec.tokens, "gen_seconds": round(trainer.gen_seconds, 2),
-               "sampler_seconds": round(trainer.sampler_seconds, 3), "eval_seconds": round(rec.eval_total, 1),
+               "sampler_seconds": round(trainer.sampler_seconds, 3), "gen_cpu": round(trainer.gen_cpu, 2),
+               "sampler_cpu": round(trainer.sampler_cpu, 3), "eval_seconds": round(rec.eval_total, 1),
                "sampler_stats": extra})
     rec.file.close()
     return path
@@ -291,6 +300,10 @@ def summary(folder: Path) -> str:
         reward = np.array([g.get("rewards/exact_answer/mean", np.nan) for g in logs])
         lines.append(f"## {path.stem}: {len(steps)} steps, clock {steps[-1]['clock']:.0f} s, "
                      f"{steps[-1]['tokens']} generated tokens")
+        if "sampler_cpu" in steps[-1]:
+            scpu = np.array([s["sampler_cpu"] for s in steps[1:]] or [steps[0]["sampler_cpu"]])
+            lines.append(f"- sampler CPU ms/step: median {np.median(scpu) * 1e3:.2f}, mean {scpu.mean() * 1e3:.2f} "
+                         f"({scpu.sum() / max(steps[-1]['cpu'], 1e-9):.2%} of the training CPU seconds)")
         lines.append(f"- s/step: median {np.median(dt):.3f}, mean {dt.mean():.3f} (generation+scoring median "
                      f"{np.median(gen):.3f}, {np.median(gen / dt):.0%} of a step); CPU s/step median "
                      f"{np.median(cpu):.3f}; sampler {np.median(smp) * 1e3:.2f} ms/step median "
