@@ -30,12 +30,12 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
-from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers import Trainer
+from transformers.trainer_utils import get_last_checkpoint
 
 from ..distributed.launcher import fork_safe_context
-from ..distributed.state_files import load_shared_state, save_shared_state
-from ..torch.hf import cross_entropy_per_example
+from ..distributed.state_files import load_shared_state
+from ..torch.hf import SaveStateEachCheckpoint, cross_entropy_per_example
 from .sampler import MixtureSampler
 from .torch import MixtureBatchSampler
 
@@ -76,17 +76,6 @@ class WithIndex(Dataset):
         return {**example, INDEX: i}
 
 
-class _SaveMixture(TrainerCallback):
-    """Write the sampler's state into each checkpoint folder (a collective under DDP: rank 0 writes)."""
-
-    def __init__(self, batches: MixtureBatchSampler) -> None:
-        self.batches = batches
-
-    def on_save(self, args, state, control, **kwargs):
-        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        save_shared_state(self.batches.state_dict(), folder / STATE_FILE)
-
-
 class MixingTrainer(Trainer):
     """`Trainer` with mixture batches; ``sampler.batch_size`` (the global batch) replaces the per-device batch.
 
@@ -111,7 +100,7 @@ class MixingTrainer(Trainer):
         self.per_example_loss = per_example_loss
         self.model_accepts_loss_kwargs = False  # compute_loss returns a per-batch mean
         self.args.ignore_data_skip = True  # the sampler resumes its own stream: skipping would draw batches again
-        self.add_callback(_SaveMixture(self.batch_sampler))
+        self.add_callback(SaveStateEachCheckpoint(self.batch_sampler.state_dict, STATE_FILE))
 
     def get_train_dataloader(self) -> DataLoader:
         dataset = self.train_dataset

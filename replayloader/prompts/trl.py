@@ -43,29 +43,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
 
 from .. import _checks as checks
-from ..distributed.state_files import load_shared_state, save_shared_state
+from ..distributed.state_files import load_shared_state
+from ..torch.hf import SaveStateEachCheckpoint
 from .sampler import PromptSampler
 from .torch import GRPOPromptSampler
 
 INDEX = "prompt_index"  # the column every training row gets: its position in train_dataset
 STATE_FILE = "prompt_sampler.npz"  # the sampler's file in a checkpoint folder
 _LOGGED = ("measured", "judged", "active", "retired", "retests", "exploration_draws", "groups", "max_lag_seen")
-
-
-class _SavePromptSampler(TrainerCallback):
-    """Write the sampler's state into each checkpoint folder (a collective under DDP: rank 0 writes)."""
-
-    def __init__(self, trainer: PrioritizedGRPOTrainer) -> None:
-        self.trainer = trainer
-
-    def on_save(self, args, state, control, **kwargs):
-        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        save_shared_state(self.trainer.sampler_state(), folder / STATE_FILE)
 
 
 def _with_index(dataset: Any) -> Any:
@@ -155,7 +144,7 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
         self.args.ignore_data_skip = True  # the sampler resumes its own stream: skipping would draw batches again
         self._consumed = 0  # sampler indices in the batches training steps received (the rest was read ahead)
         self._rng_checkpoint, self._fetched = None, True  # see _load_rng_state
-        self.add_callback(_SavePromptSampler(self))
+        self.add_callback(SaveStateEachCheckpoint(self.sampler_state, STATE_FILE))
 
     def _feedback_column(self, feedback_reward: str | int | None) -> int | None:
         """The column of TRL's reward table that feeds the sampler (None: their weighted sum)."""

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -35,8 +36,10 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..distributed.sampler import DistributedPrioritizedSampler, check_dataset_size
+from ..distributed.state_files import save_shared_state
 from ..distributed.launcher import fork_safe_context
 from ..sampler.prioritized import PrioritizedSampler, SampledBatch
 from ..selection.rules import Selection, Selector
@@ -50,6 +53,20 @@ PerExampleLoss = Callable[[Any, torch.Tensor], torch.Tensor]
 def cross_entropy_per_example(outputs: Any, labels: torch.Tensor) -> torch.Tensor:
     """Per-example cross-entropy of a classification head's ``outputs.logits``; shape (batch,)."""
     return F.cross_entropy(outputs.logits.float(), labels, reduction="none")
+
+
+class SaveStateEachCheckpoint(TrainerCallback):
+    """Write a sampler's state into each checkpoint folder the Trainer saves, as ``file_name``: a collective
+    under DDP (every rank calls it, rank 0 writes), read back with `load_shared_state`. Why a callback: the
+    Trainer knows its own checkpoint folder only when it saves, and a sampler's state must sit beside the
+    model's to resume the identical stream."""
+
+    def __init__(self, state: Callable[[], dict], file_name: str) -> None:
+        self.state, self.file_name = state, file_name
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        save_shared_state(self.state(), folder / self.file_name)
 
 
 class _SettleAtTrainEnd(TrainerCallback):
