@@ -24,14 +24,17 @@ def job_env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def launch(launcher: list[str], out: Path, jobs: list[str], timeout: float = 300) -> list[dict]:
-    """Run ``jobs.py OUT JOB...`` under ``launcher``; return each rank's report (rank order)."""
+def launch(launcher: list[str], out: Path, jobs: list[str], timeout: float = 300, script: Path = JOBS,
+           clean_exit: bool = False) -> list[dict]:
+    """Run ``script OUT JOB...`` (default this folder's jobs.py) under ``launcher``; return each rank's report
+    (rank order). ``clean_exit``: also fail when a rank aborted at exit ("terminate called" on stderr)."""
     out.mkdir(parents=True, exist_ok=True)
     # every process of the job is killed on timeout, and none may be left after it (tests/processes.py)
-    done = processes.run([*launcher, str(JOBS), str(out), *jobs], env=job_env(), cwd=ROOT, timeout=timeout)
+    done = processes.run([*launcher, str(script), str(out), *jobs], env=job_env(), cwd=ROOT, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"{launcher[:3]} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
                              f"{done.stderr[-6000:]}")
+    assert not clean_exit or "terminate called" not in done.stderr, done.stderr[-6000:]
     return [json.loads(p.read_text()) for p in sorted(out.glob("report-*.json"))]
 
 
@@ -45,9 +48,13 @@ def torchrun(out: Path, jobs: list[str], ranks: int = 2) -> list[dict]:
     return launch(torchrun_command(ranks), out, jobs)
 
 
-def accelerate_launch(out: Path, jobs: list[str]) -> list[dict]:
+def accelerate_command() -> list[str]:
     """Accelerate 1.15 starts several CPU processes only through mpirun under ``--cpu``; ``--multi_gpu`` on a
     machine without GPUs starts them through torch's elastic launcher (gloo, MULTI_CPU), as here."""
-    return launch([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                   "--main_process_port", str(free_port())], out, jobs)
+    return [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(free_port())]
+
+
+def accelerate_launch(out: Path, jobs: list[str]) -> list[dict]:
+    return launch(accelerate_command(), out, jobs)

@@ -3,7 +3,6 @@ and none may be left: tests/processes.py) against the same scenario in one proce
 bit-identical weights, checkpoints across world sizes, bad input, the docs' DDP example, the HF Trainer."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -15,8 +14,7 @@ if not torch.distributed.is_available():
 
 from replayloader.distributed import load_shared_state  # noqa: E402
 from replayloader.mixing.torch import MixtureBatchSampler  # noqa: E402
-from tests import processes  # noqa: E402
-from tests.distributed.launch import ROOT, job_env, torchrun_command  # noqa: E402
+from tests.distributed.launch import launch, torchrun_command  # noqa: E402
 
 from . import scenario as sc  # noqa: E402
 
@@ -27,11 +25,7 @@ JOBS = Path(__file__).with_name("jobs.py")
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory) -> tuple[Path, list[dict]]:
     out = tmp_path_factory.mktemp("mixing_ddp")
-    done = processes.run([*torchrun_command(2), str(JOBS), str(out), "mixture", "docs", "hf"], env=job_env(),
-                         cwd=ROOT, timeout=420)
-    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    assert "terminate called" not in done.stderr
-    return out, [json.loads((out / f"report-{rank}.json").read_text()) for rank in (0, 1)]
+    return out, launch(torchrun_command(2), out, ["mixture", "docs", "hf"], timeout=420, script=JOBS, clean_exit=True)
 
 
 @pytest.fixture(scope="module")

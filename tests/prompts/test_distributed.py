@@ -3,7 +3,6 @@ and none may be left: tests/processes.py) against the same scenario in one proce
 rank, feedback gathered from slices that cut groups, bit-identical priorities, checkpoints, bad input."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,7 @@ if not torch.distributed.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 from replayloader.distributed import load_shared_state, state_digest  # noqa: E402
-from tests import processes  # noqa: E402
-from tests.distributed.launch import ROOT, job_env, torchrun_command  # noqa: E402
+from tests.distributed.launch import launch, torchrun_command  # noqa: E402
 
 from . import scenario as sc  # noqa: E402
 
@@ -25,10 +23,7 @@ JOBS = Path(__file__).with_name("jobs.py")
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory) -> tuple[Path, list[dict]]:
     out = tmp_path_factory.mktemp("prompts_ddp")
-    done = processes.run([*torchrun_command(2), str(JOBS), str(out)], env=job_env(), cwd=ROOT, timeout=300)
-    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
-    assert "terminate called" not in done.stderr
-    return out, [json.loads((out / f"report-{rank}.json").read_text()) for rank in (0, 1)]
+    return out, launch(torchrun_command(2), out, [], script=JOBS, clean_exit=True)
 
 
 @pytest.fixture(scope="module")

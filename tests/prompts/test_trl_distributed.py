@@ -4,8 +4,6 @@ prompts, each rewards its own slice (which cuts a group), the gathered feedback 
 sampler bit for bit, and a checkpoint written by both resumes on both."""
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +15,7 @@ if not torch.distributed.is_available():
 
 from replayloader.distributed import state_digest  # noqa: E402
 from replayloader.prompts import PrioritizedGRPOTrainer, PromptSampler  # noqa: E402
-from tests import processes  # noqa: E402
-from tests.distributed.launch import ROOT, free_port, job_env  # noqa: E402
+from tests.distributed.launch import accelerate_command, launch  # noqa: E402
 
 from . import tiny_grpo as tiny  # noqa: E402
 from .trl_jobs import PER_PROCESS, SAVE_AT, STEPS  # noqa: E402
@@ -30,14 +27,9 @@ JOBS = Path(__file__).with_name("trl_jobs.py")
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("trl_ddp")
-    # accelerate 1.15 starts several CPU processes through torch's elastic launcher under --multi_gpu (gloo)
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "--main_process_port", str(free_port()), str(JOBS), str(out)]
-    done = processes.run(command, env=job_env(), cwd=ROOT, timeout=300)
-    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    found = launch(accelerate_command(), out, [], script=JOBS)
     assert (out / "a" / f"checkpoint-{SAVE_AT}" / "prompt_sampler.npz").is_file()
-    return [json.loads((out / f"report-{rank}.json").read_text()) for rank in (0, 1)]
+    return found
 
 
 @pytest.fixture(scope="module")
