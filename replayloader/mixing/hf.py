@@ -23,7 +23,6 @@ Evaluation is unchanged (an eval batch has no ``index``; the model is not in tra
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,11 +30,9 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 from transformers import Trainer
-from transformers.trainer_utils import get_last_checkpoint
 
 from ..distributed.launcher import fork_safe_context
-from ..distributed.state_files import load_shared_state
-from ..torch.hf import SaveStateEachCheckpoint, cross_entropy_per_example
+from ..torch.hf import SaveStateEachCheckpoint, checkpoint_state, cross_entropy_per_example
 from .sampler import MixtureSampler
 from .torch import MixtureBatchSampler
 
@@ -130,13 +127,8 @@ class MixingTrainer(Trainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
         """`Trainer.train`; resuming also restores the sampler from the checkpoint's ``mixture_sampler.npz``."""
-        if resume_from_checkpoint is True:  # none found: True again, for the Trainer's own error
-            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir) or True
-        if isinstance(resume_from_checkpoint, (str, Path)):
-            resume_from_checkpoint = str(resume_from_checkpoint)
-            path = Path(resume_from_checkpoint) / STATE_FILE
-            if not path.is_file():
-                raise FileNotFoundError(f"{path} is missing: the checkpoint was not written by a MixingTrainer, so "
-                                        f"the mixture cannot resume its stream")
-            self.batch_sampler.load_state_dict(load_shared_state(path))
+        resume_from_checkpoint, state = checkpoint_state(self.args.output_dir, resume_from_checkpoint, STATE_FILE,
+                                                         "MixingTrainer")
+        if state is not None:
+            self.batch_sampler.load_state_dict(state)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)

@@ -38,17 +38,14 @@ argument, before the sampler changes.
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOTrainer
 
 from .. import _checks as checks
-from ..distributed.state_files import load_shared_state
-from ..torch.hf import SaveStateEachCheckpoint
+from ..torch.hf import SaveStateEachCheckpoint, checkpoint_state
 from .sampler import PromptSampler
 from .torch import GRPOPromptSampler
 
@@ -234,15 +231,10 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
         """``GRPOTrainer.train``; resuming also restores the prompt sampler from the checkpoint's
         ``prompt_sampler.npz``."""
-        if resume_from_checkpoint is True:  # none found: True again, for the Trainer's own error
-            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir) or True
-        if isinstance(resume_from_checkpoint, (str, Path)):
-            resume_from_checkpoint = str(resume_from_checkpoint)
-            path = Path(resume_from_checkpoint) / STATE_FILE
-            if not path.is_file():
-                raise FileNotFoundError(f"{path} is missing: the checkpoint was not written by a "
-                                        f"PrioritizedGRPOTrainer, so the prompt sampler cannot resume its stream")
-            self.prompt_sampler.load_state_dict(load_shared_state(path))
+        resume_from_checkpoint, state = checkpoint_state(self.args.output_dir, resume_from_checkpoint, STATE_FILE,
+                                                         "PrioritizedGRPOTrainer")
+        if state is not None:
+            self.prompt_sampler.load_state_dict(state)
         self._consumed = self.prompt_sampler.yielded  # a new DataLoader starts where the sampler stands
         self._rng_checkpoint, self._fetched = None, False
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)

@@ -36,10 +36,10 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from ..distributed.sampler import DistributedPrioritizedSampler, check_dataset_size
-from ..distributed.state_files import save_shared_state
+from ..distributed.state_files import load_shared_state, save_shared_state
 from ..distributed.launcher import fork_safe_context
 from ..sampler.prioritized import PrioritizedSampler, SampledBatch
 from ..selection.rules import Selection, Selector
@@ -67,6 +67,23 @@ class SaveStateEachCheckpoint(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         save_shared_state(self.state(), folder / self.file_name)
+
+
+def checkpoint_state(output_dir: str, resume_from_checkpoint: str | bool | None, file_name: str,
+                     writer: str) -> tuple[str | bool | None, dict | None]:
+    """The pair a Trainer adapter's ``train`` needs when it resumes: ``resume_from_checkpoint`` resolved as the
+    Trainer resolves it (``True``: the last checkpoint in ``output_dir``, or ``True`` again when there is none,
+    for the Trainer's own error), and the sampler state `SaveStateEachCheckpoint` wrote there as ``file_name``
+    (None when not resuming). A checkpoint without that file was not written by ``writer``: refused by name."""
+    if resume_from_checkpoint is True:
+        resume_from_checkpoint = get_last_checkpoint(output_dir) or True
+    if not isinstance(resume_from_checkpoint, (str, Path)):
+        return resume_from_checkpoint, None
+    path = Path(resume_from_checkpoint) / file_name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the checkpoint was not written by a {writer}, so the sampler "
+                                f"cannot resume its stream")
+    return str(resume_from_checkpoint), load_shared_state(path)
 
 
 class _SettleAtTrainEnd(TrainerCallback):
