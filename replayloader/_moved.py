@@ -18,7 +18,7 @@ from typing import Any
 
 MOVED_MODULES = {f"replayloader.{old}": f"replayloader.{new}" for old, new in {
     "atomic": "state.atomic", "checkpoint": "state.files", "state_checks": "state.checks",
-    "storage": "buffer.storage", "locked": "buffer.locked", "feedback": "buffer.feedback",
+    "storage": "buffer.storage", "locked": "buffer.locked", "feedback": "strategies.feedback",
     "workers": "loader.workers", "rate_limiter": "loader.rate_limiter", "deferred": "loader.deferred",
     "host_sync": "loader.host_sync", "score_select": "selection.score_then_select",
     "irreducible": "selection.irreducible", "distributed_select": "distributed.select",
@@ -26,6 +26,11 @@ MOVED_MODULES = {f"replayloader.{old}": f"replayloader.{new}" for old, new in {
     "torch_sampler": "torch.batch_sampler", "torch_select": "torch.candidates", "hf_trainer": "torch.hf",
     "lightning": "torch.lightning", "ray.shards": "ray.sharded_buffer",
 }.items()}
+# 1.1 moves: the feedback rule is the strategy's (its update declares the keywords), not the buffer's.
+MOVED_IN_1_1 = {f"replayloader.{old}": f"replayloader.{new}" for old, new in {
+    "buffer.feedback": "strategies.feedback",
+}.items()}
+MOVED_MODULES.update(MOVED_IN_1_1)
 
 MOVED_NAMES = {"SumTree": "replayloader.sumtree", "Storage": "replayloader.buffer",
                "LockedBuffer": "replayloader.buffer", "LimiterConfigError": "replayloader.loader",
@@ -61,7 +66,7 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec):
-        _warn(spec.name, MOVED_MODULES[spec.name])
+        _warn(spec.name, MOVED_MODULES[spec.name], "1.1" if spec.name in MOVED_IN_1_1 else "1.0")
         return importlib.import_module(MOVED_MODULES[spec.name])
 
     def exec_module(self, module) -> None:  # the new home is already executed

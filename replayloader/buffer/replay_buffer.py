@@ -44,7 +44,7 @@ from ..state.checks import array as state_array
 from ..state.checks import check_header, counters, field, finite_nonnegative, first_bad, integer, require, rng_words
 from ..strategies import Strategy, TreeReadView
 from ..sumtree import SumTree
-from .feedback import invalid_value, read_feedback
+from ..strategies.feedback import invalid_value, read_feedback
 from .storage import Storage
 from .._moved import renamed
 
@@ -307,7 +307,7 @@ class ReplayBuffer:
     def feedback(self, ids: Any, **feedback: Any) -> int:
         """Apply per-example feedback (e.g. ``loss=``) to the examples of ``ids``; returns how many changed.
 
-        The keywords are those the strategy's update declares (`replayloader.buffer.feedback`). Stale ids are skipped and
+        The keywords are those the strategy's update declares (`replayloader.strategies.feedback`). Stale ids are skipped and
         counted; a duplicated id counts once, with its last value.
         """
         if not (type(ids) is np.ndarray and ids.dtype == np.int64 and ids.ndim == 1 and ids.size

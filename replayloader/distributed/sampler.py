@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from .._arrays import to_numpy
-from ..buffer.feedback import as_feedback_array, check_values
+from ..strategies.feedback import as_feedback_array, check_values
 from ..sampler.prioritized import PrioritizedSampler, SampledBatch
 from .group import ProcessGroup
 from .state_files import state_digest

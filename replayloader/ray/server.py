@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..buffer.replay_buffer import ReplayBuffer, Sample
-from ..buffer.feedback import as_feedback_array, check_values
+from ..strategies.feedback import as_feedback_array, check_values
 
 
 class Mass(NamedTuple):

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..buffer.replay_buffer import Sample
-from ..buffer.feedback import as_feedback_array, check_values
+from ..strategies.feedback import as_feedback_array, check_values
 from .._arrays import is_torch_tensor, to_numpy
 from .remote import RemoteBuffer, call
 from .server import Mass

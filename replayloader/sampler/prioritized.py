@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels.rng import seed_state, uniforms
-from ..buffer.feedback import check_values, read_feedback
+from ..strategies.feedback import check_values, read_feedback
 from ..kernels.buffer import tree_priorities
 from ..kernels.sampler import OUT_OF_RANGE, resolve_feedback
 from ..state.checks import array, counters, field, finite_nonnegative, integer, require, rng_words, check_header

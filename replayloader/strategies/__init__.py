@@ -3,7 +3,7 @@
 `Strategy()` is the paper's default: MeanWeight + LossDifference + EvictLowest. `NoReplay()` hands back
 exactly what was just added, through the same buffer API, for baselines. `by_name` maps the TMR variant names.
 `ReducibleLossUpdate` + `ReducibleLossPrior` (reducible.py): RHO-LOSS's stale reducible loss as a
-`PrioritizedSampler` weight.
+`PrioritizedSampler` weight. feedback.py: the one check of a feedback call (the keywords its update declares).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Weight updates: turn per-example feedback into new weights for the sampled examples.
 
 Each update declares the feedback keywords it reads (`value_keywords`, by default just ``feedback_key``;
-`array_keywords`), and the buffer and `PrioritizedSampler` accept exactly those (`replayloader.buffer.feedback`), so a
+`array_keywords`), and the buffer and `PrioritizedSampler` accept exactly those (`replayloader.strategies.feedback`), so a
 new signal needs nothing but an update that reads it. ``compute`` returns a boolean mask of
 the slots whose weight changes and their new weights; every new weight is at least ``floor`` so feedback never
 makes an example unreachable (a weight of exactly 0 can still be set on purpose with `SetWeight`). Each rule is

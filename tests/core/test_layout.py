@@ -165,6 +165,26 @@ def test_an_old_module_path_is_the_new_module_with_a_deprecation_warning(old):
         assert importlib.import_module(old) is importlib.import_module(MOVED_MODULES[old])
 
 
+def test_the_feedback_rule_moved_to_strategies_and_its_old_paths_warn_naming_the_new_home():
+    """1.1 moved ``buffer/feedback.py`` to ``strategies/`` (the rule is the update's). Both old paths, 1.0's
+    ``replayloader.buffer.feedback`` and 0.1's ``replayloader.feedback``, are the new module, with a warning."""
+    code = ("import warnings; warnings.simplefilter('always')\n"
+            "import replayloader.strategies.feedback as new\n"
+            "with warnings.catch_warnings(record=True) as caught:\n"
+            "    from replayloader.buffer.feedback import read_feedback, check_values\n"
+            "    import replayloader.feedback as oldest\n"
+            "assert read_feedback is new.read_feedback and check_values is new.check_values and oldest is new\n"
+            "for w in caught:\n"
+            "    print(w.category.__name__, w.message)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines() == [
+        "DeprecationWarning replayloader.buffer.feedback moved to replayloader.strategies.feedback in replayloader 1.1;"
+        " the old path will be removed in the next release",
+        "DeprecationWarning replayloader.feedback moved to replayloader.strategies.feedback in replayloader 1.0;"
+        " the old path will be removed in the next release"]
+    assert not (PACKAGE / "buffer" / "feedback.py").exists()
+
+
 @pytest.mark.parametrize("name", sorted(MOVED_NAMES))
 def test_plumbing_that_left_the_top_level_still_imports_with_a_warning(name):
     code = (f"import warnings; warnings.simplefilter('always')\n"

@@ -4,6 +4,9 @@ The keywords a call may carry are the ones the strategy's `WeightUpdate` declare
 `array_keywords`), so a user's update that reads a new signal (say ``margin=``) gets it through, and a typo is
 refused with the accepted keywords listed. A value keyword carries one finite value >= 0 per example; an array
 keyword (e.g. ``logits=``) is an array of any shape that the update itself reads and checks.
+
+It lives with the strategies (1.1; ``replayloader.buffer.feedback`` before) because the rule is the update's: the
+buffer, the samplers and the Ray servers all call it, and none of them owns it.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from ..kernels.buffer import first_invalid
 from .._arrays import to_numpy
 
 if TYPE_CHECKING:
-    from ..strategies import WeightUpdate
+    from .updates import WeightUpdate
 
 
 def read_feedback(update: WeightUpdate, feedback: Mapping[str, Any], k: int,
