@@ -12,7 +12,8 @@ their next group of completions can teach, from the rewards the rollouts already
 - Torch (imported on first use): `GRPOPromptSampler`, a ``torch.utils.data.Sampler`` with the index layout of
   TRL's ``RepeatSampler``, identical on every DDP rank, with feedback gathered across ranks.
 - Trainers (imported on first use): `PrioritizedGRPOTrainer` (TRL's ``GRPOTrainer`` with that sampler, fed by
-  the rewards it computes; needs trl) and `VerlPromptSampler` (verl's curriculum-sampler contract,
+  the rewards it computes; needs trl), `DynamicSamplingGRPOTrainer` (TRL's with DAPO's dynamic sampling, the
+  baseline; needs trl) and `VerlPromptSampler` (verl's curriculum-sampler contract,
   ``data.sampler.class_path``).
 """
 from .baselines import DynamicSampling, OnlineFilter
@@ -22,9 +23,10 @@ from .sampler import PromptBatch, PromptSampler
 
 __all__ = ["PromptSampler", "PromptBatch", "PriorityRule", "Learnability", "RewardSpread", "Uniform",
            "DynamicSampling", "OnlineFilter", "read_groups", "read_completions", "GRPOPromptSampler",
-           "PrioritizedGRPOTrainer", "VerlPromptSampler"]
+           "PrioritizedGRPOTrainer", "DynamicSamplingGRPOTrainer", "VerlPromptSampler"]
 
-_LAZY = {"GRPOPromptSampler": "torch", "PrioritizedGRPOTrainer": "trl", "VerlPromptSampler": "verl"}
+_LAZY = {"GRPOPromptSampler": "torch", "PrioritizedGRPOTrainer": "trl", "DynamicSamplingGRPOTrainer": "trl_dapo",
+         "VerlPromptSampler": "verl"}
 
 
 def __getattr__(name: str):

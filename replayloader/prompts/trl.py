@@ -69,6 +69,47 @@ def _with_index(dataset: Any) -> Any:
     return dataset.add_column(INDEX, np.arange(len(dataset), dtype=np.int64))
 
 
+def feedback_column(names: Any, feedback_reward: str | int | None) -> int | None:
+    """The column of TRL's reward table that feeds a sampler: None for the weighted sum TRL trains on, else the
+    position of the reward function named (as TRL logs it, ``rewards/<name>``) or given by position."""
+    names = tuple(names)
+    if feedback_reward is None:
+        return None
+    if isinstance(feedback_reward, str):
+        return names.index(checks.one_of("feedback_reward", feedback_reward, names))
+    return checks.integer("feedback_reward", feedback_reward, 0, len(names) - 1,
+                          why=f"a position in reward_funcs, whose names are {list(names)}")
+
+
+def feedback_values(trainer: GRPOTrainer, rewards: torch.Tensor, column: int | None) -> tuple[np.ndarray, str]:
+    """One reward per completion of the generation batch (every process's, in generation order) from TRL's reward
+    table: the weighted sum TRL trains on (``column`` None; a function weighted 0 neither trains nor feeds the
+    sampler) or one function's column; and a phrase naming where it came from. A completion whose reward is
+    None (read as nan) or infinite raises a ValueError naming the function: every process holds the whole table,
+    so all raise together and no sampler changes."""
+    table = rewards.detach().to(torch.float64).cpu().numpy()  # (completions of all processes, functions)
+    names = list(trainer.reward_func_names)
+    if column is None:
+        weights = trainer.reward_weights.detach().cpu().numpy().astype(np.float64)
+        used = np.flatnonzero(weights != 0)
+        values = table[:, used] @ weights[used]
+        source = f"the weighted sum of reward_funcs {names}"
+    else:
+        used = np.array([column])
+        values = table[:, column]
+        source = f"reward_funcs[{column}] ({names[column]!r})"
+    for j in used:
+        bad = np.flatnonzero(~np.isfinite(table[:, j]))
+        if len(bad):
+            raise ValueError(
+                f"reward_funcs[{j}] ({names[j]!r}) returned {table[bad[0], j]} (None is read as nan) for completion "
+                f"{bad[0]} of this generation batch: the prompt sampler needs every completion's reward, so return "
+                f"a number (0.0 for a failure)"
+                + ("" if column is not None or len(names) == 1 else
+                   ", or feed it from one reward function with feedback_reward=<name>"))
+    return values, source
+
+
 class PrioritizedGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` whose prompts come from a `PromptSampler`, fed by each generation batch's rewards.
 
@@ -137,21 +178,11 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
         self.prompt_sampler = GRPOPromptSampler(prompt_sampler, num_generations=self.num_generations,
                                                 repeat_count=self.num_iterations * self.args.steps_per_generation,
                                                 max_lag=max_lag)
-        self.feedback_column = self._feedback_column(feedback_reward)
+        self.feedback_column = feedback_column(self.reward_func_names, feedback_reward)
         self.args.ignore_data_skip = True  # the sampler resumes its own stream: skipping would draw batches again
         self._consumed = 0  # sampler indices in the batches training steps received (the rest was read ahead)
         self._rng_checkpoint, self._fetched = None, True  # see _load_rng_state
         self.add_callback(SaveStateEachCheckpoint(self.sampler_state, STATE_FILE))
-
-    def _feedback_column(self, feedback_reward: str | int | None) -> int | None:
-        """The column of TRL's reward table that feeds the sampler (None: their weighted sum)."""
-        names = tuple(self.reward_func_names)
-        if feedback_reward is None:
-            return None
-        if isinstance(feedback_reward, str):
-            return names.index(checks.one_of("feedback_reward", feedback_reward, names))
-        return checks.integer("feedback_reward", feedback_reward, 0, len(names) - 1,
-                              why=f"a position in reward_funcs, whose names are {list(names)}")
 
     # ------------------------------------------------------------------ the prompts
     def _get_train_sampler(self, dataset: Any = None) -> GRPOPromptSampler:
@@ -177,26 +208,7 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
         return rewards
 
     def _feed_back(self, inputs: list[dict], rewards: torch.Tensor) -> None:
-        table = rewards.detach().to(torch.float64).cpu().numpy()  # (completions of all processes, functions)
-        names = list(self.reward_func_names)
-        if self.feedback_column is None:
-            weights = self.reward_weights.detach().cpu().numpy().astype(np.float64)
-            used = np.flatnonzero(weights != 0)  # a function weighted 0 neither trains nor feeds the sampler
-            values = table[:, used] @ weights[used]
-            source = f"the weighted sum of reward_funcs {names}"
-        else:
-            used = np.array([self.feedback_column])
-            values = table[:, self.feedback_column]
-            source = f"reward_funcs[{self.feedback_column}] ({names[self.feedback_column]!r})"
-        for column in used:  # every process holds the whole table: all raise together, nothing changes
-            bad = np.flatnonzero(~np.isfinite(table[:, column]))
-            if len(bad):
-                raise ValueError(
-                    f"reward_funcs[{column}] ({names[column]!r}) returned {table[bad[0], column]} (None is read as "
-                    f"nan) for completion {bad[0]} of this generation batch: the prompt sampler needs every "
-                    f"completion's reward, so return a number (0.0 for a failure)"
-                    + ("" if self.feedback_column is not None or len(names) == 1 else
-                       ", or feed it from one reward function with feedback_reward=<name>"))
+        values, source = feedback_values(self, rewards, self.feedback_column)
         local = len(inputs)
         mine = values[self.accelerator.process_index * local:(self.accelerator.process_index + 1) * local]
         indices = np.array([row[INDEX] for row in inputs], np.int64)
