@@ -1,13 +1,13 @@
 """Issue 39's measurement: GRPO through TRL's ``GRPOTrainer`` on the addition task of ``grpo_task.py``, one
-(arm, seed) per process, with uniform or prioritized prompts. DRAFT driver for the pilot; the protocol
-(``results/grpo_prompts/protocol.md``) fixes the budget and target before any confirmatory run.
+(arm, seed) per process, with uniform, prioritized or DAPO-filtered prompts. The protocol
+(``results/grpo_prompts/protocol.md``) fixes the arms, seeds, budget and target. From the checkout's root:
 
-    python experiments/grpo_task.py warmup                                  # once: runs/grpo/warmup/
-    python experiments/grpo_prompts.py run --arm uniform --seed 0 --seconds 900 --out runs/grpo_prompts/pilot
-    python experiments/grpo_prompts.py run --arm learnability --seed 0 --cpu-budget 150 --out runs/grpo_prompts/pilot
-    python experiments/grpo_prompts.py block --seeds 2 --cpu-budget 150 --out runs/grpo_prompts/pilot  # side by side
-    python experiments/grpo_prompts.py summary runs/grpo_prompts/pilot      # the pilot's numbers
-    python experiments/grpo_prompts.py analyse runs/grpo_prompts/pilot --target 0.86 0.88 --clock cpu
+    python -m experiments.grpo_task warmup                                  # once: runs/grpo/warmup/
+    python -m experiments.grpo_prompts block --seeds 100 101 --arms uniform learnability dapo --cpu-budget 150 \
+        --out results/grpo_prompts/runs                                      # the study (two runs at a time)
+    python -m experiments.grpo_prompts run --arm dapo --seed 0 --max-steps 20 --out runs/grpo_prompts/try
+    python -m experiments.grpo_prompts summary runs/grpo_prompts/pilot      # a folder's runs, described
+    python -m experiments.grpo_prompts analyse runs/grpo_prompts/pilot --target 0.86 0.88 --clock cpu
 
 Arms:
 
@@ -15,7 +15,10 @@ Arms:
 - ``learnability``: replayloader's ``PrioritizedGRPOTrainer`` (``replayloader/prompts/trl.py``) with a
   ``PromptSampler`` under the ``Learnability`` rule (p(1-p)), a prior per difficulty bucket (``labels``),
   retests every 10 batches and a 200-step staleness half-life; everything else as the uniform arm.
-- ``dapo`` (DAPO-style dynamic sampling) has no trainer integration yet: the driver refuses it.
+- ``dapo``: replayloader's ``DynamicSamplingGRPOTrainer`` (``replayloader/prompts/trl_dapo.py``), DAPO's dynamic
+  sampling: each round draws 3x the groups still missing from shuffled passes (``DAPO``), generates them, keeps
+  the groups with reward variance, until 16 fill the step; every generated group counts on the clocks and in the
+  token count.
 
 Shared, for a seed: the warm-started model (``runs/grpo/warmup``), the pool (20,000 prompts), TRL's settings
 (``CONFIG``: 16 prompts x 8 completions a step, lr 5e-5 constant, temperature 1, beta 0, one process, one
@@ -46,11 +49,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from experiments import grpo_task as task
 
-from experiments import grpo_task as task  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 ARMS = ("uniform", "learnability", "dapo")
 PILOT = REPO / "runs" / "grpo_prompts" / "pilot"
@@ -63,6 +64,24 @@ CONFIG = dict(learning_rate=5e-5, lr_scheduler_type="constant", warmup_steps=0, 
               gradient_checkpointing=False, report_to="none", save_strategy="no", logging_steps=1,
               disable_tqdm=True, dataloader_num_workers=0)
 SAMPLER = dict(retest_every=10, stale_after=200)  # PromptSampler options of the learnability arm (pilot)
+DAPO = dict(oversample=3.0)  # DynamicSampling options of the dapo arm: DAPO's released generation/training ratio
+
+
+def _time_calls(trainer, sampler, names: tuple[str, ...]) -> None:
+    """Add the CPU and wall seconds of ``sampler``'s methods ``names`` to the trainer's sampler clocks
+    (instrumentation only: each call goes to the method unchanged)."""
+    for name in names:
+        method = getattr(sampler, name)
+
+        def timed(*a, _method=method, **k):
+            t, c = time.perf_counter(), time.process_time()
+            try:
+                return _method(*a, **k)
+            finally:
+                trainer.sampler_seconds += time.perf_counter() - t
+                trainer.sampler_cpu += time.process_time() - c
+
+        setattr(sampler, name, timed)
 
 
 def _timed(base):
@@ -194,9 +213,6 @@ def run(arm: str, seed: int, seconds: float | None, eval_every: int, out: Path, 
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
-    if arm == "dapo":
-        raise SystemExit("the dapo arm needs a trainer integration of replayloader.prompts.DynamicSampling; "
-                         "there is none yet")
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{arm}-seed{seed}.jsonl"
@@ -211,6 +227,14 @@ def run(arm: str, seed: int, seconds: float | None, eval_every: int, out: Path, 
     args.reward_weights = [1.0, 0.0]
     if arm == "uniform":
         trainer = _timed(GRPOTrainer)(**kwargs)
+    elif arm == "dapo":
+        from replayloader.prompts import DynamicSampling
+        from replayloader.prompts.trl_dapo import DynamicSamplingGRPOTrainer
+
+        sampler = DynamicSampling(len(pool), PROMPTS_PER_STEP, group_size=GENERATIONS, seed=seed, **DAPO)
+        trainer = _timed(DynamicSamplingGRPOTrainer)(dynamic_sampling=sampler, feedback_reward="exact_answer",
+                                                     **kwargs)
+        _time_calls(trainer, sampler, ("next_batch", "feedback"))
     else:
         from replayloader.prompts import PromptSampler
         from replayloader.prompts.trl import PrioritizedGRPOTrainer
@@ -219,27 +243,18 @@ def run(arm: str, seed: int, seconds: float | None, eval_every: int, out: Path, 
         sampler = PromptSampler(len(pool), PROMPTS_PER_STEP, group_size=GENERATIONS, labels=labels, seed=seed,
                                 **SAMPLER)
         trainer = _timed(PrioritizedGRPOTrainer)(prompt_sampler=sampler, feedback_reward="exact_answer", **kwargs)
-        draw = sampler.next_batch
-
-        def timed_draw(*a, **k):  # the sampler's draws, timed (instrumentation only)
-            t, c = time.perf_counter(), time.process_time()
-            try:
-                return draw(*a, **k)
-            finally:
-                trainer.sampler_seconds += time.perf_counter() - t
-                trainer.sampler_cpu += time.process_time() - c
-
-        sampler.next_batch = timed_draw
+        _time_calls(trainer, sampler, ("next_batch",))  # its feedback is timed by _timed's _feed_back
     rec.trainer = trainer
     rec.write({"type": "meta", "arm": arm, "seed": seed, "seconds": seconds, "cpu_budget": cpu_budget,
                "max_steps": max_steps, "eval_every": eval_every,
-               "config": {k: str(v) for k, v in CONFIG.items()}, "sampler": SAMPLER if arm != "uniform" else None,
+               "config": {k: str(v) for k, v in CONFIG.items()},
+               "sampler": {"learnability": SAMPLER, "dapo": DAPO}.get(arm),
                "warmup": str(warm), "pool": len(pool), "torch_threads": torch.get_num_threads(),
                "nice": os.nice(0), "started": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": _commit()})
     trainer.train()
     extra = {}
     if arm != "uniform":
-        stats = trainer.prompt_sampler.stats()
+        stats = (trainer.dynamic_sampling if arm == "dapo" else trainer.prompt_sampler).stats()
         extra = {k: float(v) for k, v in stats.items() if np.isscalar(v)}
     rec.write({"type": "end", "clock": round(rec.clock(), 3), "cpu": round(rec.cpu(), 3),
                "steps": trainer.state.global_step,
@@ -255,25 +270,34 @@ def finished(path: Path) -> bool:
     return path.is_file() and any(json.loads(line)["type"] == "end" for line in path.read_text().splitlines())
 
 
-def block(seeds: list[int], arms: list[str], cpu_budget: float, eval_every: int, out: Path, nice: int) -> None:
-    """Run each seed's arms side by side (so a pair shares the machine's load), one seed after another."""
+def block(seeds: list[int], arms: list[str], cpu_budget: float, eval_every: int, out: Path, nice: int,
+          jobs: int = 2) -> None:
+    """Run the (seed, arm) runs seed by seed, arms in the order given, at most ``jobs`` processes at a time (one
+    thread each), so the runs of a seed start together or right after one another and share the machine's load.
+    A run with a finished record (an ``end`` line) is skipped; an unfinished one restarts from step 0."""
     import subprocess
 
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    for seed in seeds:
-        procs = []
-        for arm in arms:
+    todo = [(seed, arm) for seed in seeds for arm in arms]
+    running: list[tuple[int, str, subprocess.Popen]] = []
+    while todo or running:
+        while todo and len(running) < jobs:
+            seed, arm = todo.pop(0)
             if finished(out / f"{arm}-seed{seed}.jsonl"):
                 print(f"{arm} seed {seed}: finished, skipped", flush=True)
                 continue
-            cmd = ["nice", "-n", str(nice), sys.executable, str(Path(__file__).resolve()), "run", "--arm", arm,
+            cmd = ["nice", "-n", str(nice), sys.executable, "-m", "experiments.grpo_prompts", "run", "--arm", arm,
                    "--seed", str(seed), "--cpu-budget", str(cpu_budget), "--eval-every", str(eval_every),
-                   "--out", str(out)]
+                   "--out", str(out.resolve())]
             log = (out / f"{arm}-seed{seed}.log").open("w")
-            procs.append((arm, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)))
-        for arm, proc in procs:
-            print(f"{arm} seed {seed}: exit {proc.wait()}", flush=True)
+            print(f"{arm} seed {seed}: started {time.strftime('%H:%M:%S')}", flush=True)
+            running.append((seed, arm, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                                        cwd=REPO)))
+        time.sleep(2)
+        for item in [r for r in running if r[2].poll() is not None]:
+            running.remove(item)
+            print(f"{item[1]} seed {item[0]}: exit {item[2].returncode} {time.strftime('%H:%M:%S')}", flush=True)
 
 
 # ------------------------------------------------------------------------------------------------ summary
@@ -385,6 +409,7 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--eval-every", type=int, default=25)
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--nice", type=int, default=5)
+    b.add_argument("--jobs", type=int, default=2, help="runs at a time")
     s = sub.add_parser("summary")
     s.add_argument("folder", type=Path, nargs="?", default=PILOT)
     n = sub.add_parser("analyse", help="time to a held-out target, paired by seed")
@@ -401,7 +426,7 @@ def main(argv: list[str] | None = None) -> None:
     elif a.cmd == "run":
         print(run(a.arm, a.seed, a.seconds, a.eval_every, a.out, a.max_steps, a.warmup, a.cpu_budget))
     elif a.cmd == "block":
-        block(a.seeds, a.arms, a.cpu_budget, a.eval_every, a.out, a.nice)
+        block(a.seeds, a.arms, a.cpu_budget, a.eval_every, a.out, a.nice, a.jobs)
     else:
         print(summary(a.folder))
 

@@ -1,9 +1,9 @@
-"""Issue 39: the tables of the GRPO prompt study from its records alone (DRAFT protocol:
-``results/grpo_prompts/protocol.md``), written before any study run.
+"""Issue 39: the tables of the GRPO prompt study from its records alone (protocol:
+``results/grpo_prompts/protocol.md``), written before any study run. From the checkout's root:
 
-    python experiments/grpo_prompts_summary.py                              # results/grpo_prompts/runs, seeds 100-115
-    python experiments/grpo_prompts_summary.py --out results/grpo_prompts/summary.md
-    python experiments/grpo_prompts_summary.py --runs runs/grpo_prompts/pilot --seeds 0 1 2   # the pilot
+    python -m experiments.grpo_prompts_summary                              # results/grpo_prompts/runs, seeds 100-115
+    python -m experiments.grpo_prompts_summary --out results/grpo_prompts/summary.md
+    python -m experiments.grpo_prompts_summary --runs runs/grpo_prompts/pilot --seeds 0 1 2   # the pilot
 
 Records: ``<runs>/<arm>-seed<s>.jsonl`` (or ``.jsonl.gz``) as ``experiments/grpo_prompts.py`` writes them.
 
@@ -24,16 +24,13 @@ import argparse
 import gzip
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from experiments.sb3_seconds_summary import ratio_test
 
-from experiments.sb3_seconds_summary import ratio_test  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 RUNS = REPO / "results" / "grpo_prompts" / "runs"
 SEEDS = tuple(range(100, 116))
