@@ -10,9 +10,11 @@ set), scores the training set from that checkpoint, and records what it cost (CP
 of checkpoint selection and of scoring), how good the IL model is, and what made it (``provenance``: data
 digest, split, label-noise seed, model config). A later call with the same path and the same provenance loads
 the file instead of refitting, and a call whose provenance differs is refused, naming the keys that differ.
-Why: RHO-LOSS stalls near the IL model's own quality, so a weak or mismatched IL model silently caps the run
-(issue 28's audit: an IL model trained 420 steps without validation reached 0.686 dev accuracy, below the 0.70
-target).
+Why: RHO-LOSS stalls near the IL model's own quality, so a weak or mismatched IL model silently caps what selection
+adds (issue 28's audit: an IL model trained 420 steps without validation reached 0.686 dev accuracy, below the
+0.70 target). "Stalls": once the main model's loss is below the IL model's on most rows, the reducible loss no
+longer tells mislabelled rows from learnt ones, and RHO-LOSS picks mislabelled rows at about the pool's rate
+while still paying for scoring (docs/selection.md, 'What "stalls" means', has the measured shares).
 
 The file is a state file like every other the library writes (`replayloader.state.save_state`: atomic, every
 array digested) and is validated before anything is returned. A damaged file (truncated, flipped bytes,
@@ -245,7 +247,9 @@ class IrreducibleModel:
         return {"cpu_s": self.cpu_s / n_runs, "wall_s": self.wall_s / n_runs}
 
     def weaker_than(self, target: float) -> bool:
-        """Whether the IL model's best quality is worse than ``target`` (in the units of ``evaluate``)."""
+        """Whether the IL model's best quality is worse than ``target``, compared as they are: ``target`` must be in
+        ``evaluate``'s units on ``evaluate``'s labels (the held-out slice's, noisy if the training labels are; a
+        clean dev-set target is higher than the same model's noisy-label score, docs/selection.md)."""
         target = checks.number("target", target)
         return self.quality < target if self.higher_is_better else self.quality > target
 
@@ -512,12 +516,16 @@ def fit_irreducible(path: str | Path, *, train: Callable[[int], Any], evaluate: 
     a loss). ``provenance``: what made the losses, JSON-able (e.g. ``{"data": digest(x, y_noisy), "split":
     "50% hold-out, seed 0", "label_noise_seed": 0, "model": {...}}``); it is saved, and compared key by key
     (with ``steps``, ``eval_every``, ``higher_is_better``) when the file exists: any difference raises
-    `ProvenanceMismatch` listing the keys. ``target``: the quality the main run aims at, in ``evaluate``'s units;
-    if the IL model's best is worse, one `UserWarning` line says so (RHO-LOSS stalls near the IL model's quality,
-    fitted or loaded alike). ``num_examples``: the expected number of losses (pass it: the file's own count is
-    checked against its losses, but only ``num_examples`` ties it to your training set); a loaded file with
-    another count raises `ProvenanceMismatch` (key ``num_examples``), and it is required to load the IL model file
-    of 1.0, which records no count.
+    `ProvenanceMismatch` listing the keys. ``target``: the quality the main run aims at, compared with ``quality``
+    as it is, so in ``evaluate``'s units *and on its labels*; if the IL model's best is worse, one `UserWarning`
+    line says so (RHO-LOSS stalls near the IL model's quality, fitted or loaded alike). A run's target is usually
+    measured on clean labels and ``evaluate`` on the hold-out slice's noisy ones, where the same model scores
+    lower (two classes, 20% flipped: 0.863 clean is 0.718 noisy): let ``evaluate`` use the slice's clean labels
+    where you have them, or convert the target to noisy-label units first (docs/selection.md, "`target`: one
+    number"). ``num_examples``: the expected number of losses (pass it: the file's own count is checked against
+    its losses, but only ``num_examples`` ties it to your training set); a loaded file with another count raises
+    `ProvenanceMismatch` (key ``num_examples``), and it is required to load the IL model file of 1.0, which
+    records no count.
 
     A file at ``path`` that fails validation (unreadable, truncated, damaged bytes, non-finite or missing losses,
     negative costs, a best step outside the fit: see `IrreducibleModel.load`), or that holds losses only (written
@@ -605,6 +613,8 @@ def _fit(calls: dict, steps: int, eval_every: int, higher_is_better: bool, num_e
 
 def _warn_if_weaker(model: IrreducibleModel, target: float | None) -> None:
     if target is not None and model.weaker_than(target):
-        warnings.warn(f"the irreducible-loss model reaches {model.quality:.4g} on its held-out slice, weaker than the "
-                      f"target {target:.4g}: RHO-LOSS will stall near the irreducible-loss model's quality; train it "
-                      f"longer, on more hold-out data, or make it stronger", UserWarning, stacklevel=3)
+        warnings.warn(f"the irreducible-loss model reaches {model.quality:.4g} on its held-out slice (evaluate()'s "
+                      f"units and labels), weaker than the target {target:.4g}: RHO-LOSS will stall near the "
+                      f"irreducible-loss model's quality; train it longer, on more hold-out data, or make it "
+                      f"stronger (a target on clean labels is not comparable with a score on noisy ones: convert "
+                      f"it, or evaluate on clean labels)", UserWarning, stacklevel=3)

@@ -14,6 +14,15 @@ Two ways to hand a pool out (``rerank``):
   (Proportional then draws without repeating a row across the pool's steps, and its importance weights are
   relative to the remaining rows). For TopK both give the same rows (tested).
 
+A short pool (the last candidate batch of a shuffled pass, s < m·n_b rows: 37 with m = 4, n_b = 32) hands out
+what it holds, n_b rows per step: its plan has min(s, m·n_b) rows (TopK: all s, best first; Proportional: s
+draws), so it gives ceil(s / n_b) <= m steps, the last one short (32 and 5 rows for 37). Why not refuse it:
+every warm-up pass whose length is not a multiple of n_B ends in one, as the plain `Selector`'s short batch
+(min(n_b, s) rows) does, and a loop should not fail at the end of a pass. Why not drop its rest: the step
+counts are the Trainer's too (`PooledCandidateBatchSampler.steps_of`), and a changed count would desynchronise
+them. Full steps only: a pool count that divides the pass (n_B divides N), or draws with replacement
+(``warmup_epochs=0``), never short.
+
 It wraps a `Selector` and is one (`WrappedSelector`), so it goes wherever a selector goes. ``choose`` (or
 ``choose_split`` under DDP) scores a new pool and returns its first step; `next_step` / `steps` hand out the
 others; choosing again while steps are left is refused. The chosen positions index the fetched candidate batch,
@@ -63,7 +72,8 @@ class ReusedPool(WrappedSelector):
     Args:
         selector: a `Selector` whose rule picks a fixed k (`TopK`, `Proportional`); `SelectiveBackprop` keeps a
             varying number of rows and is refused.
-        steps: m, training steps per scored pool (m·n_b must not exceed n_B).
+        steps: m, training steps per scored pool (m·n_b must not exceed n_B, checked against the candidate batch
+            size; a short last batch of a pass gives ceil(s / n_b) steps of n_b rows, the last one short).
         rerank: re-apply the rule to the remaining rows each step (see the module doc); default: one pick of
             m·n_b rows, handed out n_b at a time.
 

@@ -23,9 +23,10 @@ time: rates fall as training goes on), and adopts the probe's mode if it was fas
     switch to the probed mode  iff  rate(probe) > m + margin * |m|,   m = (rate(before) + rate(after)) / 2.
 
 (ii) Off past the irreducible-loss model. RHO-LOSS stalls near the irreducible-loss (IL) model's own quality: once
-the learner's loss is below the IL model's on most rows, the reducible loss has no signal left to select by.
-When at least half of a window's measured scores are <= ``stop_at`` (the median reducible loss <= 0 by default)
-the switch turns selection off for good, and says so in `stats`.
+the learner's loss is below the IL model's on most rows, the reducible loss has no signal left to select by (it
+then picks mislabelled rows at about the pool's rate; docs/selection.md, 'What "stalls" means'). When at least
+half of a window's measured scores are <= ``stop_at`` (the median reducible loss <= 0 by default) the switch
+turns selection off for good, and says so in `stats`.
 
 Why these and not Katharopoulos & Fleuret's variance-reduction estimate: that bound rates importance *sampling*
 by gradient norms; RHO-LOSS's gain is in skipping mislabelled and learnt rows, which the bound does not see. A

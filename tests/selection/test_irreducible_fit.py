@@ -145,6 +145,9 @@ def test_one_warning_line_when_the_model_is_weaker_than_the_target_fitted_or_loa
         assert len(messages) == int(warned) and all("\n" not in m for m in messages)
         if warned:
             assert "weaker than the target" in messages[0] and "RHO-LOSS will stall" in messages[0]
+            # issue 45: the units of the comparison are said, since a clean-label target and a noisy-label score
+            # are not comparable
+            assert "(evaluate()'s units and labels)" in messages[0] and "clean labels" in messages[0]
             assert caught[0].filename == __file__  # points at the caller
 
 

@@ -83,6 +83,30 @@ def test_proportional_without_rerank_is_one_draw_of_m_nb_rows():
     assert got == [picks[0:2], picks[2:4], picks[4:6]]
 
 
+@pytest.mark.parametrize("rerank", [False, True])
+def test_the_short_last_pool_of_a_pass_hands_out_all_its_rows_n_b_per_step_the_last_step_short(rerank):
+    # issue 45: 37 rows left for the pass's last pool, m = 4, n_b = 32. The documented choice: the pool hands out
+    # what it holds, n_b rows per step in ceil(37 / 32) = 2 steps, the last one holding the 5 rows left; it is
+    # neither refused (every shuffled pass would end in an error) nor padded with rows of another pool
+    irreducible = np.linspace(0.0, 0.3, 357)
+    pool = ReusedPool(Selector(TopK(32), ReducibleLoss(irreducible), seed=0), steps=4, rerank=rerank)
+    select = ScoreThenSelect(PrioritizedSampler(357, 320, alpha=0.0, seed=0), pool)
+    sizes, short_rows = [], []
+    for number in range(2):  # the warm-up pass: 320 candidates, then the 37 left
+        candidates = select.next_candidates()
+        losses = stream_of(candidates.indices, number)
+        steps = list(pool.steps(select.choose(candidates, losses)))
+        sizes.append([len(chosen) for chosen in steps])
+        if number == 1:
+            scores = losses - irreducible[candidates.indices]
+            short_rows = [chosen.positions.tolist() for chosen in steps]
+    assert len(candidates) == 37
+    assert sizes == [[32, 32, 32, 32], [32, 5]]
+    order = sorted(range(37), key=lambda j: (-scores[j], j))  # TopK: best first, ties to the earlier candidate
+    assert short_rows == [order[:32], order[32:]]
+    assert pool.stats()["pools"] == 2 and pool.stats()["steps_handed"] == 6 and pool.stats()["selected"] == 128 + 37
+
+
 def run_pools(select, pool, pools_count, start=0, first_pending=None):
     """``pools_count`` pools through `ScoreThenSelect`; per step (candidates, positions, weights)."""
     out = []
