@@ -5,6 +5,7 @@
     python -m experiments.grpo_task warmup                                  # once: runs/grpo/warmup/
     python -m experiments.grpo_prompts block --seeds 100 101 --arms uniform learnability dapo --cpu-budget 150 \
         --out results/grpo_prompts/runs                                      # the study (two runs at a time)
+    python -m experiments.grpo_prompts pack results/grpo_prompts/runs      # gzip finished records to commit them
     python -m experiments.grpo_prompts run --arm dapo --seed 0 --max-steps 20 --out runs/grpo_prompts/try
     python -m experiments.grpo_prompts summary runs/grpo_prompts/pilot      # a folder's runs, described
     python -m experiments.grpo_prompts analyse runs/grpo_prompts/pilot --target 0.86 0.88 --clock cpu
@@ -267,7 +268,32 @@ def run(arm: str, seed: int, seconds: float | None, eval_every: int, out: Path, 
 
 
 def finished(path: Path) -> bool:
-    return path.is_file() and any(json.loads(line)["type"] == "end" for line in path.read_text().splitlines())
+    """Whether ``path`` (``<arm>-seed<s>.jsonl``) or its committed copy ``<arm>-seed<s>.jsonl.gz`` ends with an
+    ``end`` line."""
+    import gzip
+
+    for candidate, opener in ((path, open), (path.with_name(path.name + ".gz"), gzip.open)):
+        if candidate.is_file():
+            with opener(candidate, "rt") as f:
+                if any(json.loads(line)["type"] == "end" for line in f):
+                    return True
+    return False
+
+
+def pack(folder: Path) -> list[Path]:
+    """Write ``<record>.jsonl.gz`` beside every finished ``<record>.jsonl`` of ``folder`` that has none (the form
+    committed under results/; gzip with a zero timestamp, so the same record packs to the same bytes)."""
+    import gzip
+
+    written = []
+    for path in sorted(folder.glob("*.jsonl")):
+        target = path.with_name(path.name + ".gz")
+        if finished(path) and not target.exists():
+            with open(path, "rb") as src, open(target, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0,
+                                                                                    filename="") as dst:
+                dst.write(src.read())
+            written.append(target)
+    return written
 
 
 def block(seeds: list[int], arms: list[str], cpu_budget: float, eval_every: int, out: Path, nice: int,
@@ -410,6 +436,8 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--nice", type=int, default=5)
     b.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    k = sub.add_parser("pack", help="gzip every finished record of a folder (the committed form)")
+    k.add_argument("folder", type=Path)
     s = sub.add_parser("summary")
     s.add_argument("folder", type=Path, nargs="?", default=PILOT)
     n = sub.add_parser("analyse", help="time to a held-out target, paired by seed")
@@ -425,6 +453,8 @@ def main(argv: list[str] | None = None) -> None:
         print("\n\n".join(analyse(a.folder, a.metric, t, a.window, a.clock, a.budget, a.arm) for t in a.target))
     elif a.cmd == "run":
         print(run(a.arm, a.seed, a.seconds, a.eval_every, a.out, a.max_steps, a.warmup, a.cpu_budget))
+    elif a.cmd == "pack":
+        print("\n".join(str(q) for q in pack(a.folder)))
     elif a.cmd == "block":
         block(a.seeds, a.arms, a.cpu_budget, a.eval_every, a.out, a.nice, a.jobs)
     else:
