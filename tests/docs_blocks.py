@@ -44,6 +44,7 @@ EXECUTED = {
     ("docs/prompts.md", "## In a GRPO trainer's DataLoader"): "tests/prompts/test_docs.py",
     ("docs/prompts.md", "## Checkpoints"): "tests/prompts/test_docs.py",
     ("docs/prompts.md", "## With TRL: PrioritizedGRPOTrainer"): "tests/prompts/test_docs.py",
+    ("docs/prompts.md", "### DAPO inside TRL: DynamicSamplingGRPOTrainer"): "tests/prompts/test_docs.py",
     ("docs/prompts.md", "## Baselines"): "tests/prompts/test_docs.py",
 }
 

@@ -63,6 +63,23 @@ def test_the_trl_trainer(monkeypatch, tmp_path, capsys):
     assert resumed.prompt_sampler.stats()["feedback_calls"] == 8
 
 
+def test_the_dapo_trainer_runs_on_the_trl_sections_objects(monkeypatch, tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("trl")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ns = run_block("## With TRL: PrioritizedGRPOTrainer", monkeypatch, tmp_path)
+        exec(compile(block("docs/prompts.md", "### DAPO inside TRL: DynamicSamplingGRPOTrainer"),
+                     "docs/prompts.md DAPO", "exec"), ns)
+    finally:
+        torch.set_num_threads(threads)
+    stats = ns["dynamic"].stats()
+    assert stats["kept"] == 16 and stats["groups"] == stats["kept"] + stats["dropped"] + stats["trimmed"]
+    assert capsys.readouterr().out.splitlines()[-1] == f"{stats['groups']} groups generated, 16 trained on"
+    assert (tmp_path / "grpo-out" / "checkpoint-8" / "dynamic_sampling.npz").is_file()
+
+
 def test_the_verl_config_lines_name_the_class():
     pytest.importorskip("torch")
     from pathlib import Path
