@@ -1,8 +1,8 @@
 """DQN with prioritized replay on CartPole, the environment stepping in a background worker.
 
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python experiments/dqn_cartpole.py --seeds 0 1 2 \
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python -m experiments.dqn_cartpole --seeds 0 1 2 \
         --env-steps 30000 --out results/dqn_cartpole.md
-    python experiments/dqn_cartpole.py --seeds 0 --env-steps 400 --warmup 64 --bins 2    # a smoke run, seconds
+    python -m experiments.dqn_cartpole --seeds 0 --env-steps 400 --warmup 64 --bins 2    # a smoke run, seconds
 
 runs the same agent twice per seed: ``workers=0`` (the loader steps the environment in the training loop)
 and ``workers=1`` (a background thread steps it while the learner trains, a `RateLimiter` holding both to the
@@ -22,14 +22,11 @@ import copy
 import datetime
 import os
 import platform
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
@@ -172,7 +169,7 @@ def report(args, runs: dict) -> None:
     curves = {w: np.array([curve(runs[w, s]["episodes"], args.env_steps, args.bins) for s in args.seeds])
               for w in (0, 1)}
     lines = ["# DQN with prioritized replay on CartPole-v1: environment in a background worker vs inline", "",
-             f"Command: `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python experiments/dqn_cartpole.py "
+             f"Command: `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python -m experiments.dqn_cartpole "
              f"--seeds {' '.join(map(str, args.seeds))} --env-steps {args.env_steps} --warmup {args.warmup} "
              f"--bins {args.bins} --out {args.out}`  ",
              f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",

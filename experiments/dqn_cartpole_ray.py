@@ -1,6 +1,6 @@
 """DQN with prioritized replay on CartPole, on Ray: environment actors feed one buffer actor, one learner trains.
 
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python experiments/dqn_cartpole_ray.py --actors 4 --env-steps 30000
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python -m experiments.dqn_cartpole_ray --actors 4 --env-steps 30000
 
 The agent of `experiments/dqn_cartpole.py` (same Q-network, actor, double-DQN update and PER settings, imported
 from there), in the Ape-X shape: each environment actor is a Ray actor stepping its own CartPole with an
@@ -14,20 +14,15 @@ from __future__ import annotations
 
 import argparse
 import copy
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ray  # noqa: E402
 import torch  # noqa: E402
 
-import dqn_cartpole  # noqa: E402
-from dqn_cartpole import BATCH, STEPS_PER_CALL, WARMUP, Actor, learn, q_network, td_errors  # noqa: E402
+from experiments import dqn_cartpole  # noqa: E402
+from experiments.dqn_cartpole import BATCH, STEPS_PER_CALL, WARMUP, Actor, learn, q_network, td_errors  # noqa: E402
 from replayloader.loader import RateLimiter  # noqa: E402
 from replayloader.ray import RayReplayLoader, RemoteBuffer  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402

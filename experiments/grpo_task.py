@@ -1,8 +1,8 @@
 """Issue 39's task: ``a+b=`` addition with a difficulty knob, for GRPO through TRL on this CPU.
 
-    python experiments/grpo_task.py warmup                # the shared warm-started model -> runs/grpo/warmup/
-    python experiments/grpo_task.py eval runs/grpo/warmup # held-out accuracy (greedy), pass rates (sampled)
-    python experiments/grpo_task.py show                  # a few prompts of each difficulty, the sets' sizes
+    python -m experiments.grpo_task warmup                # the shared warm-started model -> runs/grpo/warmup/
+    python -m experiments.grpo_task eval runs/grpo/warmup # held-out accuracy (greedy), pass rates (sampled)
+    python -m experiments.grpo_task show                  # a few prompts of each difficulty, the sets' sizes
 
 Everything here is generated offline from fixed seeds (no hub, no data files):
 
@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -344,7 +343,7 @@ def load_warm(path: Path = WARMUP_DIR):
     from transformers import GPT2LMHeadModel
 
     if not (Path(path) / "warmup.json").is_file():
-        raise FileNotFoundError(f"{path} has no warm-up: run python experiments/grpo_task.py warmup")
+        raise FileNotFoundError(f"{path} has no warm-up: run python -m experiments.grpo_task warmup")
     return GPT2LMHeadModel.from_pretrained(path), make_tokenizer()
 
 
@@ -377,5 +376,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
     main()

@@ -3,8 +3,8 @@ exported generator corrupts held-out lines (its tokenizer, sequence length and m
 exported discriminator scores them: ranking AUC of replaced over original tokens and L_D against the base-rate
 entropy. A high training AUC with a chance-level held-out AUC means the discriminator memorised a small corpus.
 
-    python experiments/heldout_auc.py RUN_DIR TEXT_FILE[.gz] [--skip-lines N] [--examples 256]
-    python experiments/heldout_auc.py RUN_DIR python-docs --skip-lines 16600   # the frozen snapshot's last lines
+    python -m experiments.heldout_auc RUN_DIR TEXT_FILE[.gz] [--skip-lines N] [--examples 256]
+    python -m experiments.heldout_auc RUN_DIR python-docs --skip-lines 16600   # the frozen snapshot's last lines
 """
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, ElectraForMaskedLM, ElectraForPreTraining
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from replayloader_electra.corpus import manifest, snapshot_file  # noqa: E402
 from replayloader_electra.pretrain.config import saved_run_config  # noqa: E402
 from replayloader_electra.pretrain.heldout import build_heldout_set, evaluate_heldout  # noqa: E402

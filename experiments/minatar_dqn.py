@@ -1,6 +1,6 @@
 """One DQN run on a MinAtar game with uniform or prioritized replay, resumable at every chunk (issue 22, measurement 2).
 
-    python experiments/minatar_dqn.py --game breakout --arm per --seed 0 --run-dir runs/minatar/breakout_per_seed0
+    python -m experiments.minatar_dqn --game breakout --arm per --seed 0 --run-dir runs/minatar/breakout_per_seed0
 
 One run is one (game, arm, seed). The agent is the MinAtar paper's DQN network (one 3x3 convolution with 16
 channels, 128 hidden units) trained with Dopamine's MinAtar settings of "Revisiting Rainbow" (Adam, an update
@@ -25,14 +25,12 @@ import json
 import os
 import pickle
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -1,7 +1,7 @@
 """Run the MinAtar DQN grid (game x arm x seed) through the resumable job queue, one run per job.
 
-    python experiments/minatar_driver.py --games breakout --arms uniform per --seeds 0 1 2 3 4 --parallel 1 --nice 15
-    python experiments/minatar_driver.py --list    # every job, its status and its command; runs nothing
+    python -m experiments.minatar_driver --games breakout --arms uniform per --seeds 0 1 2 3 4 --parallel 1 --nice 15
+    python -m experiments.minatar_driver --list    # every job, its status and its command; runs nothing
 
 Jobs go game by game, then seed by seed (both arms of a seed next to each other), so finished pairs arrive
 early. A finished run is skipped; a stopped one resumes from its last checkpoint (`experiments/minatar_dqn.py`);
@@ -15,13 +15,8 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from experiments.minatar_dqn import ARMS, GAMES, run_name  # noqa: E402
 from experiments.run_queue import REPO, Job, run_jobs  # noqa: E402
-
-SCRIPT = REPO / "experiments" / "minatar_dqn.py"
-
 
 def jobs(games: list[str], arms: list[str], seeds: list[int], runs: Path, nice: int) -> list[Job]:
     out = []
@@ -29,7 +24,7 @@ def jobs(games: list[str], arms: list[str], seeds: list[int], runs: Path, nice: 
         for seed in seeds:
             for arm in arms:
                 name = run_name(game, arm, seed)
-                command = ["nice", "-n", str(nice), sys.executable, str(SCRIPT), "--game", game, "--arm", arm,
+                command = ["nice", "-n", str(nice), sys.executable, "-m", "experiments.minatar_dqn", "--game", game, "--arm", arm,
                            "--seed", str(seed), "--run-dir", str(runs / name)]
                 out.append(Job(name, runs / name, command, resume=command))  # the script resumes by itself
     return out

@@ -1,6 +1,6 @@
 """Every table of results/minatar.md and the curves of results/minatar.png, from the committed records alone.
 
-    python experiments/minatar_summary.py results/minatar --out results/minatar.md
+    python -m experiments.minatar_summary results/minatar --out results/minatar.md
 
 Reads ``<game>_<arm>_seed<seed>.jsonl.gz`` (one per finished run, `minatar_driver.py`). The protocol
 (`results/minatar_protocol.md`, fixed before the runs) is copied to the top and the hand-written reading
@@ -12,13 +12,10 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from experiments.noisy_sst2_summary import emit, mean_std, paired, table  # noqa: E402
 
@@ -76,7 +73,7 @@ def render(runs: dict, source: Path) -> str:
     seeds = lambda game, arm: sorted(s for g, a, s in runs if g == game and a == arm)  # noqa: E731
     ends = {key: endpoints(run) for key, run in runs.items()}
     out = [(RESULTS / "minatar_protocol.md").read_text().rstrip(), "", "# Results", "",
-           f"Tables: `python experiments/minatar_summary.py {source} --out results/minatar.md` (from the committed "
+           f"Tables: `python -m experiments.minatar_summary {source} --out results/minatar.md` (from the committed "
            "records). Date: 2026-11-24. Machine: 2-core CPU, no GPU, shared with other jobs (CPU seconds are the "
            "training process's own, one thread; evaluations not counted).", "",
            f"Finished runs: {len(runs)} ({', '.join(f'{g} {a}: {len(seeds(g, a))}' for g in games for a in ('uniform', 'per'))}).",

@@ -1,12 +1,12 @@
 """Online data mixing (ODM) against stratified and natural mixtures, pretraining a tiny causal LM (issue 29).
 
-    python experiments/mixing_lm.py prepare                      # tokenizer + token-id cache under runs/mixing/data
-    python experiments/mixing_lm.py grid                         # the protocol's grid, one run at a time, resumable
-    python experiments/mixing_lm.py grid --commit                # ... and commit each record as it finishes
-    python experiments/mixing_lm.py grid --commit --seeds 4 3 2 1 0   # a second process from the other end
-    python experiments/mixing_lm.py list                         # each run of the grid, done or not
-    python experiments/mixing_lm.py run --arm odm --seed 0       # one run in this process
-    python experiments/mixing_lm.py pilot --seed 100 --steps 200 # speed pilot (records under runs/mixing/pilot)
+    python -m experiments.mixing_lm prepare                      # tokenizer + token-id cache under runs/mixing/data
+    python -m experiments.mixing_lm grid                         # the protocol's grid, one run at a time, resumable
+    python -m experiments.mixing_lm grid --commit                # ... and commit each record as it finishes
+    python -m experiments.mixing_lm grid --commit --seeds 4 3 2 1 0   # a second process from the other end
+    python -m experiments.mixing_lm list                         # each run of the grid, done or not
+    python -m experiments.mixing_lm run --arm odm --seed 0       # one run in this process
+    python -m experiments.mixing_lm pilot --seed 100 --steps 200 # speed pilot (records under runs/mixing/pilot)
 
 Protocol: results/mixing/protocol.md. Data: experiments/mixing_lm_data.py (six sources, data root from
 ``$REPLAYLOADER_DATA`` or ``--data-dir``). One run = one (arm, seed); it writes the compact record
@@ -32,9 +32,6 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
 from experiments import mixing_lm_data as mdata  # noqa: E402
 
 RESULTS = REPO / "results" / "mixing"

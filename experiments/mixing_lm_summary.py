@@ -1,7 +1,7 @@
 """Tables of the online-data-mixing experiment (issue 29) from the committed records alone.
 
-    python experiments/mixing_lm_summary.py              # reads results/mixing/runs/*.json, writes results/mixing/summary.md
-    python experiments/mixing_lm_summary.py --runs DIR --out FILE
+    python -m experiments.mixing_lm_summary              # reads results/mixing/runs/*.json, writes results/mixing/summary.md
+    python -m experiments.mixing_lm_summary --runs DIR --out FILE
 
 Endpoints as pre-registered in results/mixing/protocol.md: primary = mean over the six sources of held-out
 perplexity after the step budget, ODM - stratified, paired t over seeds with a 95% interval; secondaries (Holm
@@ -83,7 +83,7 @@ def summarize(runs: Path) -> str:
         where = runs.resolve().relative_to(REPO)
     except ValueError:
         where = runs
-    L.append(f"Written by `python experiments/mixing_lm_summary.py` from the {n_all} records in "
+    L.append(f"Written by `python -m experiments.mixing_lm_summary` from the {n_all} records in "
              f"`{where}/` (protocol: `results/mixing/protocol.md`). Every number below is recomputed from those records.\n")
     L.append(f"Setup (from the records): GPT-2 style, {cfg['n_layer']} layers, width {cfg['n_embd']}, {cfg['n_head']} heads, "
              f"{any_rec['n_params']:,} parameters, vocabulary {any_rec['vocab_size']} (byte-level BPE), blocks of {any_rec['block']} tokens, "

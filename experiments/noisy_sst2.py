@@ -20,9 +20,9 @@ Each run evaluates dev accuracy every ``--eval-every`` steps and writes its reco
 evaluation) to ``RUNS/<run>.jsonl``, rewritten atomically after every evaluation; a run whose file ends with its
 final record is skipped when the driver is started again. ``--collect OUT.jsonl.gz`` gathers the finished runs.
 
-    python experiments/noisy_sst2.py --runs runs/noisy_sst2 --jobs 2
-    python experiments/noisy_sst2.py --runs runs/noisy_sst2 --collect results/noisy_sst2.jsonl.gz
-    python experiments/noisy_sst2_summary.py results/noisy_sst2.jsonl.gz --out results/noisy_sst2.md
+    python -m experiments.noisy_sst2 --runs runs/noisy_sst2 --jobs 2
+    python -m experiments.noisy_sst2 --runs runs/noisy_sst2 --collect results/noisy_sst2.jsonl.gz
+    python -m experiments.noisy_sst2_summary results/noisy_sst2.jsonl.gz --out results/noisy_sst2.md
 """
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ import argparse
 import gzip
 import json
 import os
-import sys
 import time
 import zlib
 from concurrent.futures import ProcessPoolExecutor
@@ -39,7 +38,6 @@ from pathlib import Path
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -1,6 +1,6 @@
 """How well do the saved irreducible losses of the noisy-SST-2 runs single out the flipped labels?
 
-    python experiments/noisy_sst2_irreducible.py runs/noisy_sst2 --out results/noisy_sst2_irreducible.md
+    python -m experiments.noisy_sst2_irreducible runs/noisy_sst2 --out results/noisy_sst2_irreducible.md
 
 For each saved ``irreducible_noiseNN_seedS.npz`` (written by the `rho` arm of `noisy_sst2.py`): the mean
 irreducible loss of the training examples whose label was flipped and of the others, and the AUC of the
@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 
 from scipy.stats import mannwhitneyu
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from noisy_sst2 import DEFAULT_GLUE, Config, load_data  # noqa: E402
-from noisy_sst2_summary import emit, table  # noqa: E402
+from experiments.noisy_sst2 import DEFAULT_GLUE, Config, load_data  # noqa: E402
+from experiments.noisy_sst2_summary import emit, table  # noqa: E402
 
 from replayloader.selection.irreducible import IrreducibleLosses  # noqa: E402
 
@@ -43,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append([f"{noise}%", str(seed), *row, f"{il.train_cpu_s + il.score_cpu_s:.2f}"])
     text = "\n".join([
         "# Noisy SST-2: do the irreducible losses single out the flipped labels?", "",
-        f"Command: `python experiments/noisy_sst2_irreducible.py {args.runs} --out {args.out}`. Date: 2026-11-24. "
+        f"Command: `python -m experiments.noisy_sst2_irreducible {args.runs} --out {args.out}`. Date: 2026-11-24. "
         "Machine: 2-core CPU, no GPU.", "",
         "Irreducible-loss model: the run's architecture trained 2 epochs on the held-out 20% of the (noisy) training "
         "set, then scoring the 53,879 training examples. AUC: the irreducible loss as a detector of a flipped label.",

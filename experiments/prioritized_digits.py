@@ -11,7 +11,7 @@ share of the training labels, a case where loss-driven sampling is known to chas
 The sampler's cost per step (drawing the batch plus the feedback call) is timed separately from the rest of
 the step.
 
-    python experiments/prioritized_digits.py --seeds 0 1 2 3 4 --steps 1500 --out results/prioritized_digits.md
+    python -m experiments.prioritized_digits --seeds 0 1 2 3 4 --steps 1500 --out results/prioritized_digits.md
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ from sklearn.model_selection import train_test_split  # noqa: E402
 from sklearn.preprocessing import StandardScaler  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from replayloader import LinearSchedule, PrioritizedSampler  # noqa: E402
 from replayloader.strategies import GradBound, LossDifference, LossValue  # noqa: E402
 
@@ -165,7 +164,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     data = load_data(args.label_noise)
     results = {v: [run(v, seed, data, args) for seed in args.seeds] for v in args.variants}
-    command = "python experiments/prioritized_digits.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m experiments.prioritized_digits " + shlex.join(sys.argv[1:] if argv is None else argv)
     text = report(results, args, command, data)
     print(text)
     if args.out:

@@ -34,5 +34,5 @@ for epochs in $EPOCHS; do
       --no-progress --sampling "$sampling" --output-dir "$OUT/${sampling}_e${epochs}"
   done
 done
-python experiments/prioritized_glue_summary.py "$OUT" --command "EPOCHS=\"$EPOCHS\" bash experiments/prioritized_glue.sh $*" \
+python -m experiments.prioritized_glue_summary "$OUT" --command "EPOCHS=\"$EPOCHS\" bash experiments/prioritized_glue.sh $*" \
   --out results/prioritized_glue.md

@@ -3,7 +3,7 @@
 Reads ``<run dir>/<sampling>_e<epochs>/results_runs.jsonl`` of one or more run directories (the finetune command's per-run rows) and writes
 mean ± sample std over seeds, the paired difference (prioritized − uniform, same seed), and seconds per step.
 
-    python experiments/prioritized_glue_summary.py runs/prioritized_glue --out results/prioritized_glue.md
+    python -m experiments.prioritized_glue_summary runs/prioritized_glue --out results/prioritized_glue.md
 """
 from __future__ import annotations
 
@@ -12,13 +12,11 @@ import datetime
 import json
 import os
 import platform
-import sys
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import ttest_rel
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
 from replayloader_electra.common import format_mean_std  # noqa: E402
 
 

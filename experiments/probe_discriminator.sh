@@ -27,4 +27,4 @@ mkdir -p "$OUT"
 run docs-generator python-docs cache-docs generator & run docs-uniform python-docs cache-docs2 uniform & wait
 run wiki-generator "$WIKI" cache-wiki generator & run wiki-uniform "$WIKI" cache-wiki2 uniform & wait
 
-"$PY" experiments/probe_discriminator_summary.py "$OUT"
+"$PY" -m experiments.probe_discriminator_summary "$OUT"

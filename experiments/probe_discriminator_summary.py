@@ -1,7 +1,7 @@
 """Summary of the discriminator probe runs in a folder (every sub-folder with a metrics.jsonl): ranking AUC of
 replaced over original tokens along training, and how far each exported discriminator's logits move when one
 word of a fixed sentence is swapped, and how peaked their last-layer attention is on that sentence. Used by
-probe_discriminator.sh; `python experiments/probe_discriminator_summary.py OUT`."""
+probe_discriminator.sh; `python -m experiments.probe_discriminator_summary OUT`."""
 import math
 import sys
 from pathlib import Path
@@ -9,7 +9,6 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, ElectraForPreTraining
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
 from experiments.probe_metrics import prior_entropy, read_rows, tail_mean, window_mean  # noqa: E402
 
 out = Path(sys.argv[1])

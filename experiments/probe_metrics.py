@@ -4,10 +4,8 @@ loss of a discriminator that predicts only the base rate)."""
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
 from replayloader_electra.pretrain.metrics import base_rate_entropy as prior_entropy  # noqa: E402,F401 (re-exported)
 from replayloader_electra.pretrain.metrics import read_metrics  # noqa: E402
 

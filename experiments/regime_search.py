@@ -2,9 +2,9 @@
 (ELECTRA, tiny preset, one axis changed at a time from a Wikipedia baseline), then writes the summary table and
 plot (experiments/regime_search_summary.py -> results/regime_search.md's table, results/regime_search.png).
 
-    python experiments/regime_search.py                      # OUT=runs/regime_search, 2 probes at a time
-    python experiments/regime_search.py --parallel 1 --only wiki-vocab1k docs-5k
-    python experiments/regime_search.py --list               # the probes and their status, nothing runs
+    python -m experiments.regime_search                      # OUT=runs/regime_search, 2 probes at a time
+    python -m experiments.regime_search --parallel 1 --only wiki-vocab1k docs-5k
+    python -m experiments.regime_search --list               # the probes and their status, nothing runs
 
 Resumable and safe to start twice: a probe whose summary.json exists is not redone, one with a checkpoint
 resumes from it (every 500 steps), and a probe another driver is running (its running.pid names a live process)
@@ -19,7 +19,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
 from experiments.run_queue import REPO, Job, pretrain_command, run_jobs  # noqa: E402
 
 # ../shared/data from the main checkout, ../../shared/data from a worktree under wt/; SHARED_DATA overrides.
@@ -111,7 +110,7 @@ def main() -> int:
         return 0
     run_jobs([job(out, name) for name in names], out, args.parallel, wait=False)
     if not args.no_summary:
-        subprocess.run([sys.executable, str(REPO / "experiments" / "regime_search_summary.py"), str(out)], check=False)
+        subprocess.run([sys.executable, "-m", "experiments.regime_search_summary", str(out)], cwd=REPO, check=False)
     return 0
 
 

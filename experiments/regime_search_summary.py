@@ -3,7 +3,7 @@ fresh-example ranking AUC of the discriminator along training, whether it reache
 base-rate entropy, the generator's accuracy and the speed; a markdown table on stdout (and in
 OUT/regime_search_table.md) and the curves in a PNG.
 
-    python experiments/regime_search_summary.py runs/regime_search [--plot results/regime_search.png]
+    python -m experiments.regime_search_summary runs/regime_search [--plot results/regime_search.png]
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
 from experiments.probe_metrics import prior_entropy, read_rows, tail_mean, window_mean  # noqa: E402
 from experiments.regime_search import PROBES, heldout_text  # noqa: E402
 

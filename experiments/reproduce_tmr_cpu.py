@@ -15,13 +15,13 @@ Every table and figure of results/REPRODUCTION.md comes from this one script, in
    results/reproduce_tmr/ (experiments/reproduce_tmr_data.py); commit those files: they are the raw data.
 5. ``summary``: experiments/reproduce_tmr_summary.py writes the tables and plots from the committed records alone.
 
-    python experiments/reproduce_tmr_cpu.py                     # everything not done yet, 2 runs at a time
-    python experiments/reproduce_tmr_cpu.py --seeds 0 1 2       # a chunk: the first three paired seeds
-    python experiments/reproduce_tmr_cpu.py --stages pretrain   # only pretraining (then finetune, later)
-    python experiments/reproduce_tmr_cpu.py --list              # every job and its status; nothing runs
-    python experiments/reproduce_tmr_cpu.py --stages pretrain --arms tmr-fifo-uniform delay-15 delay-31 --seeds 0 1 2
+    python -m experiments.reproduce_tmr_cpu                     # everything not done yet, 2 runs at a time
+    python -m experiments.reproduce_tmr_cpu --seeds 0 1 2       # a chunk: the first three paired seeds
+    python -m experiments.reproduce_tmr_cpu --stages pretrain   # only pretraining (then finetune, later)
+    python -m experiments.reproduce_tmr_cpu --list              # every job and its status; nothing runs
+    python -m experiments.reproduce_tmr_cpu --stages pretrain --arms tmr-fifo-uniform delay-15 delay-31 --seeds 0 1 2
                                                                 # measurement 3: delay line vs window
-    python experiments/reproduce_tmr_cpu.py --export            # only (re)write the compact records of finished runs
+    python -m experiments.reproduce_tmr_cpu --export            # only (re)write the compact records of finished runs
 
 Stop it at any time (the runs checkpoint every 625 steps and resume exactly); start it again to continue.
 """
@@ -33,7 +33,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, so this runs from any cwd
 from experiments.reproduce_tmr_data import RESULTS, export_finished, restore_heldout  # noqa: E402
 from experiments.run_queue import REPO, Job, pretrain_command, run_jobs  # noqa: E402
 
@@ -154,8 +153,8 @@ def main() -> int:
                  args.parallel, on_done=export)
     export()
     if not args.no_summary:
-        return subprocess.run([sys.executable, str(Path(__file__).with_name("reproduce_tmr_summary.py")),
-                               str(results)]).returncode
+        return subprocess.run([sys.executable, "-m", "experiments.reproduce_tmr_summary", str(results)],
+                              cwd=REPO).returncode
     return 0
 
 

@@ -1,6 +1,6 @@
 """Tables and figure of issue 11's phase 2, recomputed from the committed compact records alone.
 
-    python experiments/reproduce_tmr_summary.py      # results/reproduce_tmr/ -> results/reproduction_tables.md + 2 .png
+    python -m experiments.reproduce_tmr_summary      # results/reproduce_tmr/ -> results/reproduction_tables.md + 2 .png
 
 Reads results/reproduce_tmr/ (written by experiments/reproduce_tmr_cpu.py as runs finish; format in
 experiments/reproduce_tmr_data.py), so it works from a fresh clone with no ``runs/`` folder. It lists which runs
@@ -30,7 +30,6 @@ import numpy as np
 from scipy import stats
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the checkout, so this runs from any cwd
 from experiments.reproduce_tmr_cpu import ABLATIONS, ARMS, EXTRA_ARMS, GLUE_TASKS, STEPS  # noqa: E402
 from experiments.reproduce_tmr_data import RESULTS, RunData, load_finetuning, load_runs  # noqa: E402
 from replayloader_electra.common import format_mean_std  # noqa: E402
@@ -626,9 +625,9 @@ def main() -> int:
     heldout_file = records / "heldout.json"
     heldout = json.loads(heldout_file.read_text()) if heldout_file.exists() else {}
     header = ["# Phase 2 tables (generated)", "",
-              f"Made by `python experiments/reproduce_tmr_summary.py` on {time.strftime('%Y-%m-%d', time.gmtime())} "
+              f"Made by `python -m experiments.reproduce_tmr_summary` on {time.strftime('%Y-%m-%d', time.gmtime())} "
               "from the committed compact records in `results/reproduce_tmr/` (written by "
-              "`python experiments/reproduce_tmr_cpu.py`); runs on a shared 2-core CPU, no GPU, one torch thread per "
+              "`python -m experiments.reproduce_tmr_cpu`); runs on a shared 2-core CPU, no GPU, one torch thread per "
               "run. Plot: `reproduction_curves.png`.", ""]
     if heldout:
         header += [f"Held-out set: {heldout.get('examples')} examples from python-docs (snapshot v1) lines "

@@ -1,9 +1,9 @@
 """Why does PER lose on CartPole? SB3 DQN on CartPole-v1: uniform replay, replayloader's PER, and cpprb's PER behind
 the same SB3 training step (issue 42).
 
-    python experiments/sb3_cartpole_per.py                         # arms uniform per cpprb, seeds 0-9, 20,000 steps
-    python experiments/sb3_cartpole_per.py --arms per --seeds 3     # a part of the grid
-    python experiments/sb3_cartpole_per.py --summary --out results/sb3_cartpole/summary.md
+    python -m experiments.sb3_cartpole_per                         # arms uniform per cpprb, seeds 0-9, 20,000 steps
+    python -m experiments.sb3_cartpole_per --arms per --seeds 3     # a part of the grid
+    python -m experiments.sb3_cartpole_per --summary --out results/sb3_cartpole/summary.md
 
 An outside client trained SB3's DQN with RL Baselines3 Zoo's CartPole-v1 settings for 20,000 steps and found
 `PrioritizedDQN`'s greedy return below uniform's in 3 of 3 seeds. Is that prioritized replay on this task, or this
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.out is not None:
             seeds = " ".join(map(str, args.seeds))
             args.out.write_text("# SB3 DQN on CartPole-v1: uniform vs two PER implementations (issue 42, generated)"
-                                f"\n\nMade by `python experiments/sb3_cartpole_per.py --summary --seeds {seeds} "
+                                f"\n\nMade by `python -m experiments.sb3_cartpole_per --summary --seeds {seeds} "
                                 f"--out {args.out.as_posix()}` from the records beside it. Settings: the script's "
                                 f"docstring (RL Zoo's CartPole-v1 DQN settings, {args.steps:,} steps).\n\n{text}\n")
         return

@@ -1,11 +1,11 @@
 """PER vs uniform replay inside Stable-Baselines3's DQN on MinAtar Breakout: a resumable driver (issue 30).
 
-    python experiments/sb3_minatar.py                      # the protocol's grid: arms uniform per, seeds 0-4
-    python experiments/sb3_minatar.py --list               # each run, done or not, and its command; runs nothing
-    python experiments/sb3_minatar.py --summary            # the protocol's endpoints from the finished records
-    python experiments/sb3_minatar.py --summary --out results/sb3_minatar.md   # ... also written, with a figure
-    python experiments/sb3_minatar.py --arm per --seed 0   # one run in this process (what the driver starts)
-    python experiments/sb3_minatar.py --seeds 100-114 --results results/sb3_seconds   # issue 42's grid
+    python -m experiments.sb3_minatar                      # the protocol's grid: arms uniform per, seeds 0-4
+    python -m experiments.sb3_minatar --list               # each run, done or not, and its command; runs nothing
+    python -m experiments.sb3_minatar --summary            # the protocol's endpoints from the finished records
+    python -m experiments.sb3_minatar --summary --out results/sb3_minatar.md   # ... also written, with a figure
+    python -m experiments.sb3_minatar --arm per --seed 0   # one run in this process (what the driver starts)
+    python -m experiments.sb3_minatar --seeds 100-114 --results results/sb3_seconds   # issue 42's grid
                                                            # (its endpoints: experiments/sb3_seconds_summary.py)
 
 Protocol: results/sb3_minatar_protocol.md. The driver starts one process per (arm, seed), seed by seed with
@@ -35,7 +35,8 @@ import numpy as np
 
 GAME, ENV_ID = "breakout", "MinAtar/Breakout-v1"
 ARMS = ("uniform", "per")
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "sb3_minatar"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results" / "sb3_minatar"
 
 
 def record_path(results: Path, arm: str, seed: int) -> Path:
@@ -252,7 +253,7 @@ def summary(results: Path, seeds: list[int]) -> str:
 
 def shown(path: Path) -> str:
     """A path as a reader of the report wants it: relative to the checkout when inside it."""
-    path, root = path.resolve(), Path(__file__).resolve().parents[1]
+    path, root = path.resolve(), ROOT
     return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
 
 
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.out is not None:
             figure = args.out.with_suffix(".png")
             plot_curves(args.results, args.seeds, figure)
-            command = f"python experiments/sb3_minatar.py --summary --out {args.out.as_posix()}"
+            command = f"python -m experiments.sb3_minatar --summary --out {args.out.as_posix()}"
             args.out.write_text(f"# SB3 DQN on MinAtar Breakout, prioritized vs uniform replay (generated)\n\n"
                                 f"Made by `{command}` from the records in `{shown(args.results)}/`; protocol: "
                                 f"`results/sb3_minatar_protocol.md`. Learning curves: `{figure.name}`.\n\n"
@@ -329,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--arm and --seed go together (one run); leave both out to drive the grid")
     settings = ["--frames", str(args.frames), "--learning-starts", str(args.learning_starts),
                 "--eval-every", str(args.eval_every), "--eval-episodes", str(args.eval_episodes),
-                "--results", str(args.results)]
+                "--results", str(args.results.resolve())]
     if args.arm is not None:
         run(args.arm, args.seed, args.frames, record_path(args.results, args.arm, args.seed),
             learning_starts=args.learning_starts, eval_every=args.eval_every, eval_episodes=args.eval_episodes)
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
     for seed in args.seeds:
         for arm in args.arms:
             out = record_path(args.results, arm, seed)
-            command = ["nice", "-n", str(args.nice), sys.executable, str(Path(__file__).resolve()),
+            command = ["nice", "-n", str(args.nice), sys.executable, "-m", "experiments.sb3_minatar",
                        "--arm", arm, "--seed", str(seed), *settings]
             if args.list:
                 print(f"{out.name}\t{'done' if out.exists() else 'to run'}\t{' '.join(command)}")
@@ -357,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
             while len(running) >= args.parallel:
                 wait_one()
             print(f"{out.name}: running", flush=True)
-            running.append((out.name, subprocess.Popen(command)))
+            running.append((out.name, subprocess.Popen(command, cwd=ROOT)))
     while running:
         wait_one()
 

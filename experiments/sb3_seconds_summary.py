@@ -1,8 +1,8 @@
 """Issue 42's endpoints from `experiments/sb3_minatar.py` records: does PER reach a return sooner, in seconds?
 
-    python experiments/sb3_seconds_summary.py                  # results/sb3_seconds, seeds 100-114
-    python experiments/sb3_seconds_summary.py --out results/sb3_seconds/summary.md
-    python experiments/sb3_seconds_summary.py --pilot          # seeds 0-4 (results/sb3_minatar): the numbers and
+    python -m experiments.sb3_seconds_summary                  # results/sb3_seconds, seeds 100-114
+    python -m experiments.sb3_seconds_summary --out results/sb3_seconds/summary.md
+    python -m experiments.sb3_seconds_summary --pilot          # seeds 0-4 (results/sb3_minatar): the numbers and
                                                                # the power written into the protocol
 
 Protocol: results/sb3_seconds/protocol.md. The primary endpoint is a run's training CPU seconds until the mean
@@ -18,12 +18,10 @@ import gzip
 import itertools
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiments.sb3_minatar import (ARMS, equal_time_means, last_tenth_mean, paired_line, parse_seeds,  # noqa: E402
                                      record_path, shown)
 
@@ -226,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if args.out is not None:
         args.out.write_text(f"# Does PER pay in seconds? SB3 DQN on MinAtar Breakout (issue 42, generated)\n\n"
-                            f"Made by `python experiments/sb3_seconds_summary.py --out {shown(args.out)}` from the "
+                            f"Made by `python -m experiments.sb3_seconds_summary --out {shown(args.out)}` from the "
                             f"records in `{shown(results)}/`; protocol: `results/sb3_seconds/protocol.md`.\n\n"
                             f"{text}\n")
 

@@ -6,21 +6,19 @@ The runs of `selection_sst2.py` used IL models fit by the experiment's own `fit_
 compares the held-out-slice accuracy, the chosen checkpoint, the cost, and the losses themselves with the ones the
 runs used (from the cache ``runs/selection_cache/``, refit by `selection_sst2.py` if absent).
 
-    python experiments/selection_il_check.py        # -> results/selection/il_check.md
+    python -m experiments.selection_il_check        # -> results/selection/il_check.md
 """
 from __future__ import annotations
 
 import argparse
 import copy
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import selection_sst2 as S  # noqa: E402
+from experiments import selection_sst2 as S  # noqa: E402
 
 from replayloader.selection.irreducible import digest, fit_irreducible  # noqa: E402
 
@@ -70,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
                      f"{np.max(np.abs(lib.losses - used)):.2e}", f"{np.corrcoef(lib.losses, used)[0, 1]:.6f}"])
     text = "\n".join([
         "# IL models: the runs' `fit_il` against the library's `fit_irreducible` (information only)", "",
-        "Command: `python experiments/selection_il_check.py`. Same data, split, seed, steps and checkpoint interval; "
+        "Command: `python -m experiments.selection_il_check`. Same data, split, seed, steps and checkpoint interval; "
         "the checkpoint chosen on the held-out slice of the hold-out split in both. CPU seconds of each fit as "
         "measured in its own process (the runs' cost is the `fit_il` one, in `il-<variant>.json`).", "",
         *S_table(["IL", "fit_il: held-out acc @ step", "fit_irreducible: held-out acc @ step", "fit_il CPU s",

@@ -22,9 +22,9 @@ Each run trains ``--steps`` steps and evaluates dev accuracy every ``--eval-ever
 evaluation. One JSON record per run: ``OUT/runs/<arm>-seed<k>.json`` (written atomically at the end); an
 existing record is skipped.
 
-    python experiments/selection_sst2.py --il-only                      # fit (or load) the IL model
-    python experiments/selection_sst2.py --arms uniform rho --seeds 0 1 2 3 4
-    python experiments/selection_summary.py
+    python -m experiments.selection_sst2 --il-only                      # fit (or load) the IL model
+    python -m experiments.selection_sst2 --arms uniform rho --seeds 0 1 2 3 4
+    python -m experiments.selection_summary
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ import copy
 import json
 import os
 import platform
-import sys
 import time
 import zlib
 from dataclasses import asdict, dataclass, replace
@@ -42,8 +41,6 @@ from pathlib import Path
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch.nn import functional as F  # noqa: E402

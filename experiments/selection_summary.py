@@ -1,7 +1,7 @@
 """Every table of results/selection/summary.md, recomputed from the committed run records (issue 28).
 
-    python experiments/selection_summary.py                       # results/selection/runs -> summary.md
-    python experiments/selection_summary.py --dir runs/selection_pilot --out -   # a pilot, printed
+    python -m experiments.selection_summary                       # results/selection/runs -> summary.md
+    python -m experiments.selection_summary --dir runs/selection_pilot --out -   # a pilot, printed
 
 Endpoints per run: the CPU seconds (``time.process_time`` of the training process, training steps only, never
 evaluation) at the first evaluation whose dev accuracy is >= the target. A run that never gets there is
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> None:
     tf_arms = [a for a in present if a in TF_ARMS and a != "tf-uniform"]
     missing = [a for a in ARMS if a not in present]
     lines = ["# Selection that pays in wall time? Results (issue 28)", "",
-             "Computed by `python experiments/selection_summary.py` from the run records in "
+             "Computed by `python -m experiments.selection_summary` from the run records in "
              f"`{args.dir.relative_to(ROOT) if args.dir.is_relative_to(ROOT) else args.dir}/runs/` only "
              "(protocol: `results/selection/protocol.md`, fixed before the runs).", ""]
     if not runs:

@@ -39,10 +39,10 @@ def test_digits_example_writes_a_table(tmp_path):
     argv = ["--seeds", "0", "1", "--steps", "40", "--eval-every", "20", "--table-steps", "20", "40", "--out", str(out)]
     digits.main(argv)
     text = out.read_text()
-    assert f"Command: `python experiments/prioritized_digits.py {shlex.join(argv)}`" in text
+    assert f"Command: `python -m experiments.prioritized_digits {shlex.join(argv)}`" in text
     for variant in ("uniform", "replacement", "loss", "loss_diff", "grad_bound"):
         assert f"| {variant} |" in text
-    assert "| variant | step 20 | step 40 |" in text and "Command: `python experiments/prioritized_digits.py" in text
+    assert "| variant | step 20 | step 40 |" in text and "Command: `python -m experiments.prioritized_digits" in text
 
 
 def test_dqn_example_trains_inline_and_with_a_worker(tmp_path, capsys):

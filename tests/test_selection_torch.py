@@ -1,6 +1,5 @@
 """Score-then-select in torch: DataLoader workers fetch candidates, the loop trains on exactly the chosen rows,
 a resumed run continues the same candidate and selection stream, and the Trainer recipe runs selection steps."""
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,13 +118,11 @@ def test_readme_score_then_select_example_runs(capsys):
     assert int(scored) == 1000 and int(selected) == 4 * 32  # one shuffled pass of n_B = 320: 4 candidate batches
 
 
-def test_noisy_sst2_driver_runs_every_arm_resumes_and_its_summary_reads_the_records(tmp_path, capsys, monkeypatch):
+def test_noisy_sst2_driver_runs_every_arm_resumes_and_its_summary_reads_the_records(tmp_path, capsys):
     """A smoke run of experiments/noisy_sst2.py on a 40-sentence stand-in for SST-2 (100 steps per arm)."""
     import gzip
     import json
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "experiments"))
-    import noisy_sst2
-    import noisy_sst2_summary
+    from experiments import noisy_sst2, noisy_sst2_summary
 
     words = ["good", "bad", "fine", "awful", "great", "dull", "film", "plot"]
     glue = tmp_path / "glue" / "SST-2"
