@@ -4,7 +4,7 @@ A `DelayLine` adds a queue push and pop (and a no-op ``.to(device)``) around the
 that on batches of the tiny preset's shape (32 × 128 token ids, the corrupted batch's four fields), against the
 bare producer, and reports the memory the queue holds (it is also what each checkpoint stores). Each figure is
 the best of several repeats (the machine is shared: the minimum is the least disturbed). Compare it with the
-tiny preset's measured step time (results/REPRODUCTION.md's runtime table: ~0.2-0.6 s on the shared 2-core CPU).
+tiny preset's measured step time (results/reproduce_tmr/REPRODUCTION.md's runtime table: ~0.2-0.6 s on the shared 2-core CPU).
 
     python bench/delay_line.py
 """

@@ -3,7 +3,7 @@
 # A tiny ELECTRA-shaped model (hidden 64, 2 layers, WordPiece 4000 trained on SST-2 train sentences, random
 # weights: no pretraining) is fine-tuned on a seeded 8,000-example subset for 1, 2 and 3 epochs (250 / 500 / 750
 # steps, each budget its own run with its own LR schedule), seeds 0 1 2, and scored on the full dev set (872).
-# Then experiments/prioritized_glue_summary.py writes results/prioritized_glue.md.
+# Then experiments/prioritized_glue_summary.py writes results/prioritized_glue/prioritized_glue.md.
 #   bash experiments/prioritized_glue.sh [OUT_DIR]     (one process at a time, 1 thread, nice; ~15 min on 2 cores)
 #   EPOCHS="6" bash experiments/prioritized_glue.sh    (other budgets into the same OUT_DIR; the summary takes all)
 set -euo pipefail
@@ -35,4 +35,4 @@ for epochs in $EPOCHS; do
   done
 done
 python -m experiments.prioritized_glue_summary "$OUT" --command "EPOCHS=\"$EPOCHS\" bash experiments/prioritized_glue.sh $*" \
-  --out results/prioritized_glue.md
+  --out results/prioritized_glue/prioritized_glue.md

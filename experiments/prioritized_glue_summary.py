@@ -3,7 +3,7 @@
 Reads ``<run dir>/<sampling>_e<epochs>/results_runs.jsonl`` of one or more run directories (the finetune command's per-run rows) and writes
 mean ± sample std over seeds, the paired difference (prioritized − uniform, same seed), and seconds per step.
 
-    python -m experiments.prioritized_glue_summary runs/prioritized_glue --out results/prioritized_glue.md
+    python -m experiments.prioritized_glue_summary runs/prioritized_glue --out results/prioritized_glue/prioritized_glue.md
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Does the discriminator learn, and is the task or the pipeline the limit? ELECTRA (tiny preset), STEPS steps,
 # replacements from the generator vs drawn uniformly from the vocabulary (`--replacements uniform`), on the
-# embedded python-docs corpus and on Wikipedia text (the corpus of results/tmr_vs_electra*.md). Two runs at a
+# embedded python-docs corpus and on Wikipedia text (the corpus of results/tmr_vs_electra/*.md). Two runs at a
 # time, one thread each (about 15 min for 1500 steps on 2 cores). A run whose summary.json exists is not redone.
 # Then prints the ranking AUC over training and how each trained discriminator responds to a swapped word
-# (experiments/probe_discriminator_summary.py; results/discriminator_probe.md).
+# (experiments/probe_discriminator_summary.py; results/discriminator_probe/discriminator_probe.md).
 #
 #   bash experiments/probe_discriminator.sh                 # OUT=runs/probe_discriminator STEPS=1500
 set -euo pipefail

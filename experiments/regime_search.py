@@ -1,6 +1,6 @@
 """Issue 11, phase 1: where does ELECTRA's discriminator learn on this machine? Runs every probe of the search
 (ELECTRA, tiny preset, one axis changed at a time from a Wikipedia baseline), then writes the summary table and
-plot (experiments/regime_search_summary.py -> results/regime_search.md's table, results/regime_search.png).
+plot (experiments/regime_search_summary.py -> results/regime_search/regime_search.md's table, results/regime_search/regime_search.png).
 
     python -m experiments.regime_search                      # OUT=runs/regime_search, 2 probes at a time
     python -m experiments.regime_search --parallel 1 --only wiki-vocab1k docs-5k
@@ -55,7 +55,7 @@ CHECKPOINT_EVERY = 500
 PROBES: dict[str, tuple[str, int, list[str]]] = {
     "wiki-genlayers1": ("wiki", 2000, ["--generator-layers", "1"]),  # a weaker, shallower generator
     "wiki-vocab1k": ("wiki", BASE_STEPS, ["--vocab-size", "1024"]),  # more word pieces: in-word cues
-    "docs-5k": ("docs", 5000, []),  # learned slowly in 1,500 steps (results/discriminator_probe.md): to 0.8?
+    "docs-5k": ("docs", 5000, []),  # learned slowly in 1,500 steps (results/discriminator_probe/discriminator_probe.md): to 0.8?
     "wt2-base": ("wt2", BASE_STEPS, []),  # Wikipedia text of python-docs' size (463k tokens)
     # Every axis turned the way that should favour the discriminator at once: if even this collapses, no single
     # axis will rescue the tiny model on Wikipedia.

@@ -3,7 +3,7 @@ fresh-example ranking AUC of the discriminator along training, whether it reache
 base-rate entropy, the generator's accuracy and the speed; a markdown table on stdout (and in
 OUT/regime_search_table.md) and the curves in a PNG.
 
-    python -m experiments.regime_search_summary runs/regime_search [--plot results/regime_search.png]
+    python -m experiments.regime_search_summary runs/regime_search [--plot results/regime_search/regime_search.png]
 """
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def plot(out: Path, path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", nargs="?", default="runs/regime_search")
-    parser.add_argument("--plot", default=str(Path(__file__).resolve().parents[1] / "results" / "regime_search.png"))
+    parser.add_argument("--plot", default=str(Path(__file__).resolve().parents[1] / "results" / "regime_search" / "regime_search.png"))
     args = parser.parse_args()
     out = Path(args.out)
     markdown = table(out)

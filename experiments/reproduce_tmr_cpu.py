@@ -1,6 +1,6 @@
 """Issue 11, phase 2: TMR against ELECTRA where the tiny discriminator learns (python-docs), paired by seed.
 
-Every table and figure of results/REPRODUCTION.md comes from this one script, in resumable stages:
+Every table and figure of results/reproduce_tmr/REPRODUCTION.md comes from this one script, in resumable stages:
 
 1. ``reference``: one ELECTRA run (seed 1000, not an arm's seed) whose final generator is the fixed reference
    corruptor; ``heldout`` then corrupts python-docs' last lines (never trained on: the arms use the first
@@ -53,7 +53,7 @@ TRAIN_LINES = 16_600  # of python-docs' 18,479 non-blank lines (snapshot v1); th
 REFERENCE_SEED = 1000
 HELDOUT_EVERY = 250
 CHECKPOINT_EVERY = 625  # 1/8 of the steps: 25, 50 and 100% are among them
-# The regime chosen in results/regime_search.md: tiny preset, python-docs' first 90%, mask 0.15, lr 2e-3.
+# The regime chosen in results/regime_search/regime_search.md: tiny preset, python-docs' first 90%, mask 0.15, lr 2e-3.
 REGIME = ("--preset", "tiny", "--corpus", "python-docs", "--max-lines", str(TRAIN_LINES), "--steps", str(STEPS))
 
 

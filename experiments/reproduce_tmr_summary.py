@@ -1,6 +1,6 @@
 """Tables and figure of issue 11's phase 2, recomputed from the committed compact records alone.
 
-    python -m experiments.reproduce_tmr_summary      # results/reproduce_tmr/ -> results/reproduction_tables.md + 2 .png
+    python -m experiments.reproduce_tmr_summary      # results/reproduce_tmr/ -> its reproduction_tables.md + 2 .png
 
 Reads results/reproduce_tmr/ (written by experiments/reproduce_tmr_cpu.py as runs finish; format in
 experiments/reproduce_tmr_data.py), so it works from a fresh clone with no ``runs/`` folder. It lists which runs
@@ -50,7 +50,7 @@ DELAY_PRIMARY = (("tmr-fifo-uniform", "delay-15", "Mixing: does the mixed-age wi
 DELAY_SECONDARY = (("delay-31", "delay-15", "Age: does a line of twice the age (the window's memory) do better?"),
                    ("delay-15", "electra", "Age: does a fixed 15-step age beat ELECTRA's age 0?"))
 MAIN_PAIR = ("electra", "tmr-loss_diff")
-# The exploratory 5-pair runs, and the confirmatory replication on fresh seeds (results/tmr_confirmatory_protocol.md,
+# The exploratory 5-pair runs, and the confirmatory replication on fresh seeds (results/reproduce_tmr/tmr_confirmatory_protocol.md,
 # committed before its first run): its own verdict, never pooled into the first one except as a marked secondary.
 EXPLORATORY_SEEDS = frozenset(range(0, 5))
 CONFIRMATORY_SEEDS = frozenset(range(5, 15))
@@ -301,7 +301,7 @@ def confirmatory_tables(runs: dict[str, dict[int, RunData]], finetuning: dict) -
     Holm's adjustment, then (marked exploratory) the 15-pair pooled estimate."""
     fresh = only(runs, CONFIRMATORY_SEEDS)
     lines = ["", "## Confirmatory replication (issue 31): seeds 5–14, protocol in "
-             "`results/tmr_confirmatory_protocol.md`", ""]
+             "`results/reproduce_tmr/tmr_confirmatory_protocol.md`", ""]
     arm, base = CONFIRMATORY_PRIMARY
     if arm not in fresh or base not in fresh:
         return lines + ["No confirmatory pair has finished yet.", ""]
@@ -613,7 +613,8 @@ def finetune_tables(scores: dict[tuple[str, int], dict[int, dict[str, float]]], 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("records", nargs="?", default=str(RESULTS), help="compact records (default results/reproduce_tmr)")
-    parser.add_argument("--results", default=str(REPO / "results"), help="where the tables and figure go")
+    parser.add_argument("--results", default=str(RESULTS),
+                        help="where the tables and figures go (default results/reproduce_tmr, beside the records)")
     args = parser.parse_args()
     records, results = Path(args.records), Path(args.results)
     loaded = load_runs(records)
