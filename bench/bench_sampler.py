@@ -1,7 +1,7 @@
 """Cost of PrioritizedSampler per training step: draw a batch (next_batch) + feed its losses back (update).
 
 Per-step cost is what a training loop pays on top of its own step, so it is compared there with a measured
-step time (results/prioritized_*.md). Each cell is the best of several repeats of `--steps` steps (the machine is
+step time (results/prioritized_glue/, results/prioritized_digits/). Each cell is the best of several repeats of `--steps` steps (the machine is
 shared: the minimum is the least disturbed figure); the loss fed back is a torch tensor, as in a real loop.
 
     python bench/bench_sampler.py --out results/bench_sampler.md

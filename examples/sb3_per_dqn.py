@@ -7,7 +7,7 @@ Trains DQN twice from the same seed and hyperparameters: once with SB3's own uni
 (`stable_baselines3.DQN`), once with `replayloader.sb3.PrioritizedDQN`, whose buffer samples transitions in
 proportion to |TD error| ** alpha and whose loss is weighted by the importance weights. Each is then evaluated
 greedily. One seed and a short run show that it works, not which arm is better: for that, see
-results/sb3_minatar_protocol.md.
+results/sb3_minatar/sb3_minatar_protocol.md.
 
 The hyperparameters are RL Baselines3 Zoo's for CartPole-v1 DQN, with a smaller network.
 """

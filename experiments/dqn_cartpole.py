@@ -1,7 +1,7 @@
 """DQN with prioritized replay on CartPole, the environment stepping in a background worker.
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 nice -n 10 python -m experiments.dqn_cartpole --seeds 0 1 2 \
-        --env-steps 30000 --out results/dqn_cartpole.md
+        --env-steps 30000 --out results/dqn_cartpole/dqn_cartpole.md
     python -m experiments.dqn_cartpole --seeds 0 --env-steps 400 --warmup 64 --bins 2    # a smoke run, seconds
 
 runs the same agent twice per seed: ``workers=0`` (the loader steps the environment in the training loop)

@@ -4,7 +4,7 @@
 
 One run is one (game, arm, seed). The agent is the MinAtar paper's DQN network (one 3x3 convolution with 16
 channels, 128 hidden units) trained with Dopamine's MinAtar settings of "Revisiting Rainbow" (Adam, an update
-every 4 frames, target copied every 1,000 frames); `results/minatar_protocol.md` lists every setting and where it
+every 4 frames, target copied every 1,000 frames); `results/minatar/minatar_protocol.md` lists every setting and where it
 differs from both papers. The replay memory is replayloader's `ReplayBuffer` with the PER strategy
 (`by_name("per")`: new transitions at the largest priority so far, priorities set to |TD| + eps, FIFO eviction);
 the two arms differ only in alpha (``uniform``: 0, ``per``: 0.6). The buffer samples with beta = 1, i.e. the ratio

@@ -1,10 +1,10 @@
-"""Every table of results/minatar.md and the curves of results/minatar.png, from the committed records alone.
+"""Every table of results/minatar/minatar.md and the curves of results/minatar/minatar.png, from the committed records alone.
 
-    python -m experiments.minatar_summary results/minatar --out results/minatar.md
+    python -m experiments.minatar_summary results/minatar --out results/minatar/minatar.md
 
 Reads ``<game>_<arm>_seed<seed>.jsonl.gz`` (one per finished run, `minatar_driver.py`). The protocol
-(`results/minatar_protocol.md`, fixed before the runs) is copied to the top and the hand-written reading
-(`results/minatar_reading.md`, if present) to the bottom; everything between is computed here. Differences are
+(`results/minatar/minatar_protocol.md`, fixed before the runs) is copied to the top and the hand-written reading
+(`results/minatar/minatar_reading.md`, if present) to the bottom; everything between is computed here. Differences are
 per − uniform over the seeds both arms have finished, with paired-t 95% intervals.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 
 from experiments.noisy_sst2_summary import emit, mean_std, paired, table  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "minatar"  # its protocol and reading, beside the records
 PRIMARY_GAME, SEEDS = "breakout", 5  # the protocol's primary comparison and its number of pairs
 LAST = 0.1  # the share of frames (and of training time) the end-of-run endpoints average over
 BINS = 30  # frame bins of the learning curve and its area
@@ -73,7 +73,7 @@ def render(runs: dict, source: Path) -> str:
     seeds = lambda game, arm: sorted(s for g, a, s in runs if g == game and a == arm)  # noqa: E731
     ends = {key: endpoints(run) for key, run in runs.items()}
     out = [(RESULTS / "minatar_protocol.md").read_text().rstrip(), "", "# Results", "",
-           f"Tables: `python -m experiments.minatar_summary {source} --out results/minatar.md` (from the committed "
+           f"Tables: `python -m experiments.minatar_summary {source} --out results/minatar/minatar.md` (from the committed "
            "records). Date: 2026-11-24. Machine: 2-core CPU, no GPU, shared with other jobs (CPU seconds are the "
            "training process's own, one thread; evaluations not counted).", "",
            f"Finished runs: {len(runs)} ({', '.join(f'{g} {a}: {len(seeds(g, a))}' for g in games for a in ('uniform', 'per'))}).",
@@ -109,7 +109,7 @@ def render(runs: dict, source: Path) -> str:
                  f"{runs[g, a, s]['head']['cpu_s']:.0f}", f"{runs[g, a, s]['head']['wall_s']:.0f}"]
                 for g, a, s in sorted(runs) if g == game]
         out += table(["run", "frames", "episodes", "last-10% return", "final eval", "CPU s", "wall s"], rows) + [""]
-    out += ["`results/minatar.png`: training return per frame bin, mean over seeds with ±1 std bands (per-seed "
+    out += ["`results/minatar/minatar.png`: training return per frame bin, mean over seeds with ±1 std bands (per-seed "
             "lines for an arm with fewer than 3 seeds), and the evaluation returns, per game.", ""]
     reading = RESULTS / "minatar_reading.md"
     if reading.exists():

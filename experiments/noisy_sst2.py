@@ -21,8 +21,8 @@ evaluation) to ``RUNS/<run>.jsonl``, rewritten atomically after every evaluation
 final record is skipped when the driver is started again. ``--collect OUT.jsonl.gz`` gathers the finished runs.
 
     python -m experiments.noisy_sst2 --runs runs/noisy_sst2 --jobs 2
-    python -m experiments.noisy_sst2 --runs runs/noisy_sst2 --collect results/noisy_sst2.jsonl.gz
-    python -m experiments.noisy_sst2_summary results/noisy_sst2.jsonl.gz --out results/noisy_sst2.md
+    python -m experiments.noisy_sst2 --runs runs/noisy_sst2 --collect results/noisy_sst2/noisy_sst2.jsonl.gz
+    python -m experiments.noisy_sst2_summary results/noisy_sst2/noisy_sst2.jsonl.gz --out results/noisy_sst2/noisy_sst2.md
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """How well do the saved irreducible losses of the noisy-SST-2 runs single out the flipped labels?
 
-    python -m experiments.noisy_sst2_irreducible runs/noisy_sst2 --out results/noisy_sst2_irreducible.md
+    python -m experiments.noisy_sst2_irreducible runs/noisy_sst2 --out results/noisy_sst2/noisy_sst2_irreducible.md
 
 For each saved ``irreducible_noiseNN_seedS.npz`` (written by the `rho` arm of `noisy_sst2.py`): the mean
 irreducible loss of the training examples whose label was flipped and of the others, and the AUC of the

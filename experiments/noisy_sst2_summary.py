@@ -1,9 +1,9 @@
-"""Every table of results/noisy_sst2.md, recomputed from the committed per-evaluation records.
+"""Every table of results/noisy_sst2/noisy_sst2.md, recomputed from the committed per-evaluation records.
 
-    python -m experiments.noisy_sst2_summary results/noisy_sst2.jsonl.gz --out results/noisy_sst2.md
+    python -m experiments.noisy_sst2_summary results/noisy_sst2/noisy_sst2.jsonl.gz --out results/noisy_sst2/noisy_sst2.md
 
-The protocol (`results/noisy_sst2_protocol.md`, fixed before the grid ran) is copied to the top, and the
-hand-written reading (`results/noisy_sst2_reading.md`, if present) to the bottom; everything between is computed
+The protocol (`results/noisy_sst2/noisy_sst2_protocol.md`, fixed before the grid ran) is copied to the top, and the
+hand-written reading (`results/noisy_sst2/noisy_sst2_reading.md`, if present) to the bottom; everything between is computed
 here. Paired differences are arm − uniform over the seeds both have, with paired-t 95% intervals.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from scipy import stats
 ARMS = ("uniform", "prioritized", "topk", "sb", "rho")
 TARGET = 0.70  # the primary endpoint's dev accuracy (fixed in the protocol)
 CPU_BUDGET = 3.0  # CPU seconds of the equal-time comparison (fixed in the protocol)
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "noisy_sst2"  # its protocol and reading, beside the records
 
 
 def load_runs(path: Path) -> dict[tuple[str, float, int], list[dict]]:
@@ -85,7 +85,7 @@ def render(runs: dict, source: Path) -> str:
     seeds = lambda arm, noise: sorted(s for a, n, s in ends if a == arm and n == noise)  # noqa: E731
     out = [(RESULTS / "noisy_sst2_protocol.md").read_text().rstrip(), "",
            "# Results", "",
-           f"Tables: `python -m experiments.noisy_sst2_summary {source} --out results/noisy_sst2.md` "
+           f"Tables: `python -m experiments.noisy_sst2_summary {source} --out results/noisy_sst2/noisy_sst2.md` "
            f"(from the committed records). Date: 2026-11-24. Machine: 2-core CPU, no GPU (shared; CPU seconds are the "
            f"training process's own, one thread).", "",
            f"Runs: {len(ends)} ({', '.join(f'{a}: {sum(1 for k in ends if k[0] == a)}' for a in ARMS)}).", ""]

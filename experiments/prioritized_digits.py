@@ -11,7 +11,7 @@ share of the training labels, a case where loss-driven sampling is known to chas
 The sampler's cost per step (drawing the batch plus the feedback call) is timed separately from the rest of
 the step.
 
-    python -m experiments.prioritized_digits --seeds 0 1 2 3 4 --steps 1500 --out results/prioritized_digits.md
+    python -m experiments.prioritized_digits --seeds 0 1 2 3 4 --steps 1500 --out results/prioritized_digits/prioritized_digits.md
 """
 from __future__ import annotations
 

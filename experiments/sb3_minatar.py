@@ -3,12 +3,12 @@
     python -m experiments.sb3_minatar                      # the protocol's grid: arms uniform per, seeds 0-4
     python -m experiments.sb3_minatar --list               # each run, done or not, and its command; runs nothing
     python -m experiments.sb3_minatar --summary            # the protocol's endpoints from the finished records
-    python -m experiments.sb3_minatar --summary --out results/sb3_minatar.md   # ... also written, with a figure
+    python -m experiments.sb3_minatar --summary --out results/sb3_minatar/sb3_minatar.md   # ... also written, with a figure
     python -m experiments.sb3_minatar --arm per --seed 0   # one run in this process (what the driver starts)
     python -m experiments.sb3_minatar --seeds 100-114 --results results/sb3_seconds   # issue 42's grid
                                                            # (its endpoints: experiments/sb3_seconds_summary.py)
 
-Protocol: results/sb3_minatar_protocol.md. The driver starts one process per (arm, seed), seed by seed with
+Protocol: results/sb3_minatar/sb3_minatar_protocol.md. The driver starts one process per (arm, seed), seed by seed with
 both arms of a seed next to each other (finished pairs arrive early), ``--parallel`` at a time (default 2, so
 the two arms of a seed run side by side on the same load), under ``nice``. A run
 writes its record ``<results>/breakout_<arm>_seed<seed>.json.gz`` only when it finishes (atomically), so
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
             command = f"python -m experiments.sb3_minatar --summary --out {args.out.as_posix()}"
             args.out.write_text(f"# SB3 DQN on MinAtar Breakout, prioritized vs uniform replay (generated)\n\n"
                                 f"Made by `{command}` from the records in `{shown(args.results)}/`; protocol: "
-                                f"`results/sb3_minatar_protocol.md`. Learning curves: `{figure.name}`.\n\n"
+                                f"`results/sb3_minatar/sb3_minatar_protocol.md`. Learning curves: `{figure.name}`.\n\n"
                                 f"{text}\n")
         return
     if (args.arm is None) != (args.seed is None):
