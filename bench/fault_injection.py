@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.errors import UserError  # noqa: E402
 from replayloader_electra.data import prepare_pretraining_data  # noqa: E402
 from replayloader_electra.pretrain import PretrainConfig, checkpoint, pretrain  # noqa: E402
 from replayloader_electra.pretrain.config import model_preset  # noqa: E402

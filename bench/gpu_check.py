@@ -318,7 +318,7 @@ def reference_loop(ctx: dict) -> dict:
     import torch
     from transformers import ElectraForMaskedLM, ElectraForPreTraining
 
-    from replayloader_electra.common import Autocast
+    from replayloader_electra.runtime import Autocast
     from replayloader_electra.data import prepare_pretraining_data
     from replayloader_electra.models import electra_configs, share_embeddings
     from replayloader_electra.pretrain.config import model_preset
@@ -478,7 +478,7 @@ def part_real(ctx: dict, results: Results) -> None:
     scored on the held-out set 8 times (and at the last step); both export their discriminators for ``finetune``."""
     from transformers import ElectraForMaskedLM
 
-    from replayloader_electra.common import load_tokenizer
+    from replayloader_electra.tokenizer import load_tokenizer
     from replayloader_electra.data import corpus_lines, resolve_corpus
     from replayloader_electra.pretrain.heldout import build_heldout_set
     from replayloader_electra.pretrain.loop import pretrain

@@ -34,8 +34,9 @@ from ._extra import require_extra  # noqa: E402
 
 require_extra()  # before torch is imported: without the extra, one line naming it and exit status 2
 
-from .common import (OptionParser, OptionSet, ProcessOptions, UserError, add_command,  # noqa: E402
-                     apply_process_options, option, options_from, report_user_error, typed_options)
+from .errors import UserError, report_user_error  # noqa: E402
+from .flags import (OptionParser, OptionSet, ProcessOptions, add_command, apply_process_options, option,  # noqa: E402
+                    options_from, typed_options)
 from .pretrain.config import DEFAULT_OUTPUT  # noqa: E402
 
 COMPARE_VARIANTS = ("electra", "tmr-loss_diff")

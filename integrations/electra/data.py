@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .common import SPECIAL_TOKENS, UserError, load_tokenizer, train_wordpiece  # noqa: F401
+from .errors import UserError  # noqa: F401
+from .tokenizer import SPECIAL_TOKENS, load_tokenizer, train_wordpiece  # noqa: F401
 from .corpus import manifest, snapshot_file
 from .table import Columns
 

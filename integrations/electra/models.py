@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
-from .common import UserError
+from .errors import UserError
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
 from replayloader_electra import cli  # noqa: E402
-from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.errors import UserError  # noqa: E402
 from replayloader_electra.pretrain import checkpoint, pretrain, read_metrics, resume_config  # noqa: E402
 
 from .checkpoint_files import kill_while_saving, load_survivor  # noqa: E402

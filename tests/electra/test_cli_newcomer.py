@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from replayloader_electra import cli, common  # noqa: E402
-from replayloader_electra.common import progress_bar  # noqa: E402
+from replayloader_electra import cli, output  # noqa: E402
+from replayloader_electra.output import progress_bar  # noqa: E402
 
 SHOWN_UNDERSCORE_FLAG = re.compile(r"--[A-Za-z0-9-]*_")  # a long flag with "_" in it (metavars are upper case)
 
@@ -200,10 +200,10 @@ def test_a_progress_bar_is_quiet_when_its_stream_is_not_a_terminal(monkeypatch):
     assert _run_bar(io.StringIO(), 0.6) == ""  # a log: short work leaves no trace at all
     assert _run_bar(Terminal(), 0.3, enabled=False) == ""  # --no-progress
     bar = progress_bar(total=3, file=io.StringIO())
-    assert bar.mininterval == bar.maxinterval == bar.delay == common.REDIRECTED_BAR_SECONDS == 30
+    assert bar.mininterval == bar.maxinterval == bar.delay == output.REDIRECTED_BAR_SECONDS == 30
     bar.close()
     # long work in a log: a few redraws (at most one per interval) and the final state, not one per update
-    monkeypatch.setattr(common, "REDIRECTED_BAR_SECONDS", 0.3)
+    monkeypatch.setattr(output, "REDIRECTED_BAR_SECONDS", 0.3)
     log = _run_bar(io.StringIO(), 1.3)
     assert 1 <= log.count("\r") <= 1.3 / 0.3 + 2 and log.endswith("\n"), log
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from replayloader_electra import corpus  # noqa: E402
-from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.errors import UserError  # noqa: E402
 from replayloader_electra.data import corpus_lines, resolve_corpus  # noqa: E402
 
 

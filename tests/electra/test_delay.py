@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.errors import UserError  # noqa: E402
 from replayloader_electra.pretrain import PretrainConfig, pretrain, read_metrics, resume_config  # noqa: E402
 from replayloader_electra.pretrain.delay import DelayLine, delayed  # noqa: E402
 

@@ -23,7 +23,7 @@ pytest.importorskip("transformers")
 if not torch.distributed.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
-from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.errors import UserError  # noqa: E402
 from replayloader_electra.pretrain import PretrainConfig, pretrain, read_metrics, resume_config  # noqa: E402
 from replayloader_electra.pretrain.checkpoint import check_world_size  # noqa: E402
 from replayloader_electra.pretrain.heldout import (HeldoutConfig, HeldoutSet, evaluate_heldout,  # noqa: E402

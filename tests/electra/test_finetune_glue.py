@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from replayloader_electra.common import UserError, options_from
+from replayloader_electra.errors import UserError
+from replayloader_electra.flags import options_from
 from replayloader_electra.finetune.api import finetune_glue, finetune_glue_task, glue_table, render_markdown
 from replayloader_electra.finetune.cli import add_finetune_subparser
 from replayloader_electra.finetune.glue import (check_local_files, GLUE_TASKS, load_glue_split, read_glue_tsv,

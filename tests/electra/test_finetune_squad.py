@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from replayloader_electra.common import load_tokenizer, UserError
+from replayloader_electra.errors import UserError
+from replayloader_electra.tokenizer import load_tokenizer
 from replayloader_electra.finetune.api import finetune_squad
 from replayloader_electra.finetune.sources import DataSource
 from replayloader_electra.finetune.squad import (best_spans, build_squad_windows, build_windows,

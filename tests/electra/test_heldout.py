@@ -12,7 +12,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("datasets")
 
 from replayloader_electra import cli  # noqa: E402
-from replayloader_electra.common import UserError, train_wordpiece  # noqa: E402
+from replayloader_electra.errors import UserError  # noqa: E402
+from replayloader_electra.tokenizer import train_wordpiece  # noqa: E402
 from replayloader_electra.data import pack_token_stream  # noqa: E402
 from replayloader_electra.pretrain import discriminator_losses, pretrain, read_metrics  # noqa: E402
 from replayloader_electra.pretrain.heldout import HeldoutSet, evaluate_heldout  # noqa: E402

@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from replayloader.loader.host_sync import count_host_transfers  # noqa: E402
-from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.errors import UserError  # noqa: E402
 from replayloader_electra.pretrain import VARIANTS, PretrainConfig, pretrain, read_metrics, resume_config  # noqa: E402
 from replayloader_electra.pretrain import loop  # noqa: E402
 from replayloader_electra.pretrain.config import buffer_strategy  # noqa: E402

@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from replayloader_electra import cli  # noqa: E402
-from replayloader_electra.common import OptionSet, ProcessOptions, options_from, typed_options  # noqa: E402
+from replayloader_electra.flags import OptionSet, ProcessOptions, options_from, typed_options  # noqa: E402
 from replayloader_electra.finetune.options import FINETUNE_OPTIONS, SubsetOptions, TrainingOptions  # noqa: E402
 from replayloader_electra.pretrain import PretrainConfig, PretrainResult  # noqa: E402
 from replayloader_electra.pretrain.heldout import HeldoutConfig  # noqa: E402

@@ -16,7 +16,7 @@ from replayloader_electra import cli  # noqa: E402
 from replayloader_electra.grad_norms import GhostNorms, loop_grad_norms  # noqa: E402
 from replayloader_electra.models import (PRESETS, build_electra_pair, embeddings_are_shared,  # noqa: E402
                                          with_overrides)
-from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.errors import UserError  # noqa: E402
 from replayloader_electra.finetune.options import default_data_dir  # noqa: E402
 from replayloader_electra.pretrain.config import buffer_strategy  # noqa: E402
 from replayloader_electra.pretrain import (VARIANTS, PretrainConfig, SpecialIds, choose_masked_positions,  # noqa: E402
@@ -399,7 +399,7 @@ def test_model_size_options_shape_both_models_and_default_to_the_preset():
     ({"generator_layers": 0}, "--generator-layers"), ({"mask_prob": 1.0}, "--mask-prob"),
 ])
 def test_bad_model_options_are_user_errors_naming_the_flag(overrides, fragment):
-    from replayloader_electra.common import UserError
+    from replayloader_electra.errors import UserError
 
     with pytest.raises(UserError, match=fragment):
         PretrainConfig(**overrides).filled()

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("tokenizers")  # local corpora need no `datasets` (only a hub corpus does)
 
-from replayloader_electra.common import UserError  # noqa: E402
+from replayloader_electra.errors import UserError  # noqa: E402
 from replayloader_electra.data import (BatchStream, PackedExamples, pack_token_stream,  # noqa: E402
                                        prepare_pretraining_data, read_text_lines, resolve_corpus,
                                        text_files_for)
@@ -101,7 +101,7 @@ def test_shared_gz_and_nltk_zip_corpora(tmp_path):
 
 
 def test_trained_tokenizer_is_reproducible_and_keeps_special_ids():
-    from replayloader_electra.common import SPECIAL_TOKENS, train_wordpiece
+    from replayloader_electra.tokenizer import SPECIAL_TOKENS, train_wordpiece
 
     rng = np.random.default_rng(0)
     words = [f"w{i}x{j}" for i in range(30) for j in range(5)]

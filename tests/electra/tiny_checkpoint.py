@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from replayloader_electra.common import train_wordpiece
+from replayloader_electra.tokenizer import train_wordpiece
 
 
 def build_tiny_checkpoint(

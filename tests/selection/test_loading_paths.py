@@ -79,7 +79,7 @@ def test_a_held_out_set_file_is_written_atomically_digested_and_refused_by_name_
     torch = pytest.importorskip("torch")
     safetensors_torch = pytest.importorskip("safetensors.torch")
     pytest.importorskip("transformers")
-    from replayloader_electra.common import UserError
+    from replayloader_electra.errors import UserError
     from replayloader_electra.pretrain.heldout import HeldoutSet
 
     generator = torch.Generator().manual_seed(0)

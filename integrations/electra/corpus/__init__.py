@@ -13,7 +13,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from ..common import UserError
+from ..errors import UserError
 
 CORPUS_DIR = Path(__file__).resolve().parent
 MANIFEST = CORPUS_DIR / "snapshots.json"

@@ -23,7 +23,9 @@ from typing import Callable, Iterable, Sequence
 
 from replayloader.state import atomic_write_text
 
-from ..common import format_mean_std, mean_std, pick_device, UserError
+from ..errors import UserError
+from ..runtime import pick_device
+from ..stats import format_mean_std, mean_std
 from .glue import (check_local_files, encode_glue_split, get_task, GLUE_EIGHT, GLUE_HUB_NAME, GLUE_TASKS,
                    load_glue_split, run_glue_seed, seeded_subset)
 from .options import (DEFAULT_OUTPUT_DIR, DEFAULT_SEEDS, GlueOptions, SquadOptions, SubsetOptions, TrainingOptions,

@@ -11,8 +11,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..common import (OptionParser, ProcessOptions, UserError, add_command, apply_process_options, options_from,
-                      report_user_error)
+from ..errors import UserError, report_user_error
+from ..flags import OptionParser, ProcessOptions, add_command, apply_process_options, options_from
 from .glue import GLUE_EIGHT
 from .options import (FINETUNE_OPTIONS, DataOptions, FinetuneCommand, GlueOptions, SquadOptions, SubsetOptions,
                       TrainingOptions)

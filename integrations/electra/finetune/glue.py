@@ -28,7 +28,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..common import set_seed, UserError
+from ..errors import UserError
+from ..runtime import set_seed
 from ..table import Columns
 from .sources import DataSource, load_hub_split
 from .tasks import GLUE_EIGHT, GLUE_TASKS, GlueTask, get_task  # noqa: F401  (the task table, re-exported)

@@ -16,7 +16,7 @@ from scipy import stats
 from scipy.stats import rankdata as average_ranks  # noqa: F401  (ties share their mean rank)
 from sklearn import metrics as sklearn_metrics
 
-from ..common import spearman  # noqa: F401  (STS-B's main metric; shared with pretraining's diagnostics)
+from ..stats import spearman  # noqa: F401  (STS-B's main metric; shared with pretraining's diagnostics)
 
 def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
     """Fraction of exact matches (0 for no examples)."""

@@ -1,7 +1,7 @@
 """Every fine-tuning option, declared once as dataclass fields (type, default, help).
 
 The ``finetune`` command's parser, the ``compare`` command's ``--finetune-*`` flags and the Python API's
-keyword defaults are all built from these classes (`replayloader_electra.common.OptionParser`, on
+keyword defaults are all built from these classes (`replayloader_electra.flags.OptionParser`, on
 `transformers.HfArgumentParser`). """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from ..common import option
+from ..flags import option
 from .sources import check_glue_dir
 from .tasks import GLUE_TASKS
 

@@ -11,7 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common import load_tokenizer, quiet_transformers, UserError
+from ..errors import UserError
+from ..output import quiet_transformers
+from ..tokenizer import load_tokenizer
 from .tasks import GLUE_TASKS
 
 

@@ -32,7 +32,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..common import quiet_transformers, set_seed, UserError
+from ..errors import UserError
+from ..output import quiet_transformers
+from ..runtime import set_seed
 from .glue import uses_token_types
 from .metrics import squad_v1_scores
 from .sources import DataSource, load_hub_split

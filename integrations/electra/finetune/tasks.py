@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..common import UserError
+from ..errors import UserError
 from .metrics import GLUE_METRICS
 
 

@@ -29,7 +29,9 @@ import torch
 from torch import nn
 from transformers import get_linear_schedule_with_warmup
 
-from ..common import Autocast, progress_bar, quiet_transformers, UserError
+from ..errors import UserError
+from ..output import progress_bar, quiet_transformers
+from ..runtime import Autocast
 from .options import FINETUNE_PRESETS, SAMPLINGS, TrainingOptions
 
 

@@ -44,7 +44,7 @@ from replayloader.distributed import ReplayShard
 from replayloader.state import (StateFileError, atomic_directory, atomic_write_text, flatten_state, is_temporary,
                                 sha256_bytes, sha256_file, unflatten_state)
 
-from ..common import UserError
+from ..errors import UserError
 from .distributed import World
 
 CHECKPOINT_FORMAT = 4  # 4: a manifest of digests in state.json, the step in every rank file

@@ -1,7 +1,7 @@
 """Every option of a pretraining run, declared once: the dataclass field carries its flag's help text.
 
 `PretrainConfig` fields left at ``None`` take the preset's value (`filled`); the command line is generated from
-the fields (`replayloader_electra.common.OptionParser`, on `transformers.HfArgumentParser`); resuming is the saved config updated with
+the fields (`replayloader_electra.flags.OptionParser`, on `transformers.HfArgumentParser`); resuming is the saved config updated with
 exactly the options given (`resume_config`).
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 
 from replayloader.strategies import FIFO, EvictLowest, Strategy, by_name
 
-from ..common import UserError, option
+from ..errors import UserError
+from ..flags import option
 from ..models import PRESETS, Preset, get_preset, with_overrides
 
 VARIANTS: dict[str, str] = {  # variant name -> replayloader strategy name

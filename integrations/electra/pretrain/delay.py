@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..common import UserError
+from ..errors import UserError
 
 
 class DelayLine:

@@ -28,7 +28,8 @@ import torch
 from replayloader.distributed import LAUNCHER_GONE_EXIT, shutdown, watch_launcher  # noqa: F401 (re-exported)
 from replayloader.distributed import ReplayShard
 
-from ..common import UserError, pick_device, set_seed
+from ..errors import UserError
+from ..runtime import pick_device, set_seed
 
 
 class World:

@@ -15,7 +15,7 @@ import torch
 
 from replayloader.strategies import grad_bound_sigmoid
 
-from ..common import spearman
+from ..stats import spearman
 from ..grad_norms import GhostNorms, loop_grad_norms
 from .config import FEEDBACK, PretrainConfig
 from .losses import DiscriminatorLosses, discriminator_losses

@@ -28,7 +28,8 @@ from safetensors.torch import load as load_tensors, save as save_tensors
 
 from replayloader.state import atomic_write_bytes
 
-from ..common import UserError, option
+from ..errors import UserError
+from ..flags import option
 from .corruption import SpecialIds, corrupt_batch
 from .losses import discriminator_losses
 from .metrics import base_rate_entropy, ranking_auc
@@ -199,7 +200,7 @@ def make_heldout(config: HeldoutConfig) -> HeldoutSet:
     """Build and save the held-out file a `HeldoutConfig` describes (the ``heldout`` command)."""
     from transformers import ElectraForMaskedLM
 
-    from ..common import load_tokenizer
+    from ..tokenizer import load_tokenizer
     from ..data import corpus_lines, resolve_corpus
     from .config import saved_run_config
 

@@ -28,7 +28,8 @@ from replayloader.state import atomic_write_text
 
 from transformers import get_linear_schedule_with_warmup
 
-from ..common import Autocast, UserError, set_seed
+from ..errors import UserError
+from ..runtime import Autocast, set_seed
 from ..data import BatchStream, prepare_pretraining_data
 from ..models import PairPart, build_electra_pair
 from .checkpoint import (Checkpoint, check_same_run, choose_checkpoint, export_pair, load_checkpoint,
@@ -148,7 +149,7 @@ def _pretrain(cfg: PretrainConfig, world) -> PretrainResult:
         atomic_write_text(out_dir / "config.json", json.dumps(cfg.to_json(), indent=1))
     log = MetricsLog(out_dir / "metrics.jsonl", start_step if resumed is not None else None, enabled=world.is_main)
 
-    from ..common import progress_bar  # quiet when the output is not a terminal
+    from ..output import progress_bar  # quiet when the output is not a terminal
 
     bar = progress_bar(enabled=cfg.progress and world.is_main, total=cfg.steps, initial=start_step,
                        desc=cfg.variant, unit="step", dynamic_ncols=True)

@@ -17,7 +17,7 @@ from sklearn.metrics import roc_auc_score
 from replayloader.state import StateFileError
 from replayloader.strategies import grad_bound_sigmoid
 
-from ..common import UserError
+from ..errors import UserError
 from ..jsonl import JsonLinesWriter, read_json_lines, rewrite_json_lines
 from .losses import DiscriminatorLosses
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from replayloader.distributed import ReplayShard
 from replayloader.state import StateFileError, atomic_write_text
 
-from ..common import UserError
+from ..errors import UserError
 from .checkpoint import (_STEP_DIR, CHECKPOINT_FORMAT, STATE_FILE, TENSORS_FILE, _check_safetensors, _rank_files,
                          _read_json, is_step_dir, run_step_dirs, verify_checkpoint, write_state)
 
