@@ -1,7 +1,7 @@
 """Draw + feedback time of `PromptSampler` per generation batch, by pool size and batch size.
 
-    python bench/bench_prompts.py                    # N = 2e4, 1e5, 1e6 prompts; batches of 16, 64, 256 prompts
-    python bench/bench_prompts.py --sizes 1000000 --batches 256 --repeats 50
+    python -m bench.bench_prompts                    # N = 2e4, 1e5, 1e6 prompts; batches of 16, 64, 256 prompts
+    python -m bench.bench_prompts --sizes 1000000 --batches 256 --repeats 50
 
 Prints the median milliseconds of one `next_batch()` + its `feedback(...)` (8 completions a prompt, 0/1
 rewards at pass rate 0.5), with difficulty labels, staleness and retests on, as docs/prompts.md's example, and

@@ -4,7 +4,7 @@ Per-step cost is what a training loop pays on top of its own step, so it is comp
 step time (results/prioritized_glue/, results/prioritized_digits/). Each cell is the best of several repeats of `--steps` steps (the machine is
 shared: the minimum is the least disturbed figure); the loss fed back is a torch tensor, as in a real loop.
 
-    python bench/bench_sampler.py --out results/bench_sampler.md
+    python -m bench.bench_sampler --out results/bench_sampler.md
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from replayloader import LinearSchedule, PrioritizedSampler  # noqa: E402
 from replayloader.strategies import GradBound, LossDifference, LossValue  # noqa: E402
 
@@ -65,7 +64,7 @@ def main(argv=None) -> None:
                 time_steps(sampler, rule, k, 20, 1)  # first calls (compilation cache load) are not measured
                 rows.append((n, k, rule, time_steps(sampler, rule, k, args.steps, args.repeats)))
                 print(f"N={n} K={k} {rule}: {rows[-1][3]:.1f} µs/step", flush=True)
-    command = "python bench/bench_sampler.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m bench.bench_sampler " + shlex.join(sys.argv[1:] if argv is None else argv)
     lines = ["# PrioritizedSampler: cost per training step (next_batch + update)", "",
              f"Command: `{command}`  ",
              f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",

@@ -3,8 +3,8 @@
 One step = add K examples of 128 tokens, sample K, update the K sampled ids with that variant's feedback. By
 default each variant gets exactly its own keyword; `--extra-loss` also passes ``loss=`` beside ``grad_norm=`` /
 ``grad_bound=``, as the pretraining loop did before the redesign (which sent those variants down a slower path).
-Uses the public API only, so the same script times any checkout: `PYTHONPATH=<checkout> python
-bench/bench_strategies.py`. Prints median µs per step.
+Uses the public API only, so the same script times any checkout: `PYTHONPATH=<checkout> python -m
+bench.bench_strategies`. Prints median µs per step.
 """
 from __future__ import annotations
 

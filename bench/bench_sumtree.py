@@ -13,9 +13,9 @@ One process, one thread. For N in {1e3, 1e5, 1e6} and K in {128, 1024} it times,
 Trees start full with priorities uniform in [0.01, 1] (fixed seeds). Every implementation is warmed up (JIT,
 first-touch) before timing; repetitions of different implementations are interleaved in 3 rounds.
 
-    python bench/bench_sumtree.py                 # full run (~5-10 min on 2 cores)
-    python bench/bench_sumtree.py --quick         # smoke run (<30 s)
-    python bench/bench_sumtree.py --out results/bench_sumtree.md
+    python -m bench.bench_sumtree                 # full run (~5-10 min on 2 cores)
+    python -m bench.bench_sumtree --quick         # smoke run (<30 s)
+    python -m bench.bench_sumtree --out results/bench_sumtree.md
 
 Peers are optional: without torchrl or cpprb their columns read "n/a" (so it also runs with replayloader alone).
 """
@@ -35,13 +35,7 @@ import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-try:
-    import replayloader  # noqa: E402
-except ImportError:  # not installed: use the checkout this script lives in
-    sys.path.insert(0, os.path.dirname(HERE))
-    import replayloader  # noqa: E402
+import replayloader  # noqa: E402  (installed, or this checkout: run as python -m bench.bench_sumtree from its root)
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
@@ -50,7 +44,7 @@ from replayloader.sumtree import SumTree
 from replayloader.kernels.tree import KERNEL_NAMES, KERNELS  # noqa: E402
 from replayloader.strategies import FIFO, EvictLowest, MaxWeight, MeanWeight, SetWeight, Strategy  # noqa: E402
 
-import peers  # noqa: E402
+from bench import peers  # noqa: E402
 
 if peers.TORCHRL_ERROR is None:
     import logging  # noqa: E402

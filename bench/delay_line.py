@@ -6,7 +6,7 @@ bare producer, and reports the memory the queue holds (it is also what each chec
 the best of several repeats (the machine is shared: the minimum is the least disturbed). Compare it with the
 tiny preset's measured step time (results/reproduce_tmr/REPRODUCTION.md's runtime table: ~0.2-0.6 s on the shared 2-core CPU).
 
-    python bench/delay_line.py
+    python -m bench.delay_line
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """DistributedPrioritizedSampler: what sharing one distribution across DDP ranks costs.
 
-    python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py gather
-    python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py select
-    python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py finetune [--overlap]
-    python bench/distributed_sampler.py memory --sizes 10000000 --distributed
-    python bench/distributed_sampler.py memory --sizes 100000000
-    python bench/distributed_sampler.py report          # the tables of results/distributed_sampler.md
+    python -m torch.distributed.run --nproc_per_node=2 -m bench.distributed_sampler gather
+    python -m torch.distributed.run --nproc_per_node=2 -m bench.distributed_sampler select
+    python -m torch.distributed.run --nproc_per_node=2 -m bench.distributed_sampler finetune [--overlap]
+    python -m bench.distributed_sampler memory --sizes 10000000 --distributed
+    python -m bench.distributed_sampler memory --sizes 100000000
+    python -m bench.distributed_sampler report          # the tables of results/distributed_sampler.md
 
 ``gather``: per step, the bytes every rank receives and the time of `update` (all-gather + applying the merged
 feedback) next to its parts: the bare collective, the local apply (what one process pays), and the draw; also
@@ -33,7 +33,6 @@ import pickle
 import platform
 import resource
 import statistics
-import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -43,7 +42,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 from replayloader import LinearSchedule, PrioritizedSampler  # noqa: E402
 
 RESULTS = ROOT / "results" / "distributed_sampler.json"
@@ -84,7 +82,7 @@ def finish_on_ranks(name: str, rows: list[dict]) -> None:
     import torch.distributed as dist
 
     if dist.get_rank() == 0:
-        record(name, f"python -m torch.distributed.run --nproc_per_node=2 bench/distributed_sampler.py {name}", rows)
+        record(name, f"python -m torch.distributed.run --nproc_per_node=2 -m bench.distributed_sampler {name}", rows)
         print(json.dumps(rows, indent=1))
     dist.barrier()
     dist.destroy_process_group()
@@ -226,7 +224,7 @@ def finetune(args: argparse.Namespace) -> None:
                  "skew_wait_us": t[2].item(),
                  "share_percent": round(100 * t[0].item() / t[1].item(), 3)} for r, t in enumerate(everyone)]
         record("finetune" + ("_overlap" if args.overlap else ""), "python -m torch.distributed.run "
-               "--nproc_per_node=2 bench/distributed_sampler.py finetune" + (" --overlap" if args.overlap else ""),
+               "--nproc_per_node=2 -m bench.distributed_sampler finetune" + (" --overlap" if args.overlap else ""),
                rows)
         print(json.dumps(rows, indent=1))
     dist.barrier()
@@ -275,7 +273,7 @@ def memory(args: argparse.Namespace) -> None:
                      "tree_bytes_per_example": round(sampler.tree.nodes.nbytes / n, 1)})
         del sampler
         gc.collect()
-    command = "python bench/distributed_sampler.py memory --sizes " + " ".join(map(str, args.sizes))
+    command = "python -m bench.distributed_sampler memory --sizes " + " ".join(map(str, args.sizes))
     record("memory" + ("" if args.distributed else f"_{args.sizes[-1]:.0e}"),
            command + (" --distributed" if args.distributed else ""), rows)
     print(json.dumps(rows, indent=1))

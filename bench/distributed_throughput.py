@@ -1,8 +1,8 @@
 """Steps/s and examples/s of TMR pretraining on 1 vs 2 ranks (torchrun, gloo, one thread each), and the share of
 a step each rank spends in its replay buffer (add + sample + update; goal <= 1%).
 
-    python bench/distributed_throughput.py --repeats 3            # runs 1 and 2 ranks alternately, prints a table
-    python bench/distributed_throughput.py --repeats 3 --write results/distributed_throughput.md
+    python -m bench.distributed_throughput --repeats 3            # runs 1 and 2 ranks alternately, prints a table
+    python -m bench.distributed_throughput --repeats 3 --write results/distributed_throughput.md
 
 Both world sizes train on the same global batch, so examples/s = global batch x steps/s. Timing covers the steps
 after ``--warmup`` (first-call compilation and cache reads excluded). Each run is a separate `torchrun` (or plain
@@ -31,7 +31,6 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    sys.path.insert(0, str(ROOT))
     from replayloader_electra.pretrain import PretrainConfig, loop
 
     spent = {"buffer": 0.0}
@@ -74,13 +73,13 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def launch(args: argparse.Namespace, ranks: int, out: Path) -> list[dict]:
-    common = [str(Path(__file__).resolve()), "--worker", "--out", str(out), *forwarded(args)]
+    common = ["-m", "bench.distributed_throughput", "--worker", "--out", str(out), *forwarded(args)]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if ranks == 1:
         command = [sys.executable, *common]
     else:
         command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={ranks}", *common]
-    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
     return [json.loads((out / f"rank-{r}.json").read_text()) for r in range(ranks)]
 
 
@@ -119,7 +118,7 @@ def main() -> None:
                 rows[ranks].append(launch(args, ranks, Path(tmp) / f"{ranks}-{repeat}"))
                 print(f"repeat {repeat} ranks {ranks}: {rows[ranks][-1]}", flush=True)
     lines = ["# Distributed pretraining throughput: 1 vs 2 ranks (gloo, CPU, 1 thread per rank)", "",
-             f"Command: `python bench/distributed_throughput.py {shlex.join(sys.argv[1:])}`  ",
+             f"Command: `python -m bench.distributed_throughput {shlex.join(sys.argv[1:])}`  ",
              f"Date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC. Machine: {os.cpu_count()} CPU cores, no GPU, "
              f"{platform.platform()}; shared with other jobs, so the spread over repeats is part of the result.  ",
              f"Run: variant {args.variant}, preset {args.preset}, max_len {args.max_len}, global batch "

@@ -1,7 +1,7 @@
 """First-call cost of the compiled kernels: `import replayloader` plus the first add / sample / update of a new
 buffer, in a fresh process, with an empty Numba cache (first use after install) and with the cache filled
 (every later process). Kernels are compiled lazily on first use and cached on disk; nothing runs at import.
-`python bench/first_call.py` prints seconds.
+`python -m bench.first_call` prints seconds.
 """
 from __future__ import annotations
 

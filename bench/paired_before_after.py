@@ -2,7 +2,7 @@
 of the package imported side by side in one process, their steps interleaved, so machine load hits both alike.
 
 Set-up: copy an old checkout's `replayloader/` to DIR/replayloader_before and this one's to DIR/replayloader_after,
-then `PYTHONPATH=DIR python bench/paired_before_after.py VARIANT [x|-] [N]` (`x`: the old copy also gets ``loss=``
+then `PYTHONPATH=DIR python -m bench.paired_before_after VARIANT [x|-] [N]` (`x`: the old copy also gets ``loss=``
 beside its own keyword, as the pretraining loop sent it before the redesign; `-`: both get their own keyword
 only). Prints median µs of each and the median of the per-pair ratios after/before with its interquartile range.
 `paired_tree_before_after.py` does the same for the `SumTree` operations of `bench_sumtree.py`.

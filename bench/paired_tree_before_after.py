@@ -3,7 +3,7 @@ the tree step: replace the K lowest at the mean, sample K, set the K sampled), o
 by side in one process with their calls interleaved, so machine load hits both alike.
 
 Set-up as in `paired_before_after.py` (DIR/replayloader_before, DIR/replayloader_after), then
-`PYTHONPATH=DIR python bench/paired_tree_before_after.py N K`. Prints, per operation, the median µs of each and
+`PYTHONPATH=DIR python -m bench.paired_tree_before_after N K`. Prints, per operation, the median µs of each and
 the median of the per-pair ratios after/before with its interquartile range.
 """
 import sys, time, gc, numpy as np

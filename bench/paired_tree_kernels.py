@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Old vs new sum-tree kernels vs cpprb vs the memory floor, paired call by call in one process (issue 41).
 
-    python bench/paired_tree_kernels.py                       # N = 1e3, 1e5, 1e6, 1e7; K = 128, 1024
-    python bench/paired_tree_kernels.py --sizes 1e3,1e6 --ks 128 --reps 300
+    python -m bench.paired_tree_kernels                       # N = 1e3, 1e5, 1e6, 1e7; K = 128, 1024
+    python -m bench.paired_tree_kernels --sizes 1e3,1e6 --ks 128 --reps 300
 
 "old" is `SumTree(kernels="walks")` (the original walk-by-walk ascent) sampled as `SumTree.sample` did before
 issue 41 (`to_targets` on a copy, then `descend`: two calls), "new" is `SumTree(kernels="levels")` (the
@@ -41,8 +41,6 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
@@ -53,7 +51,7 @@ from replayloader.kernels.tree import KERNELS, WALKS, descend, to_targets  # noq
 from replayloader.strategies import EvictLowest, MeanWeight, SetWeight, Strategy  # noqa: E402
 from replayloader.sumtree import SumTree  # noqa: E402
 
-import peers  # noqa: E402
+from bench import peers  # noqa: E402
 
 POOL = 64
 TOKENS = 128

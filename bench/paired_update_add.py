@@ -4,7 +4,7 @@ touched): two copies of the package imported side by side in one
 process, their calls interleaved, so machine load hits both alike.
 
 Set-up: copy an old checkout's `replayloader/` to DIR/replayloader_before and this one's to DIR/replayloader_after,
-then `OMP_NUM_THREADS=1 PYTHONPATH=DIR python bench/paired_update_add.py [N] [REPS]`. The buffer is the paper's
+then `OMP_NUM_THREADS=1 PYTHONPATH=DIR python -m bench.paired_update_add [N] [REPS]`. The buffer is the paper's
 (`loss_diff`: mean init, loss difference, evict lowest), full, K = 128 examples of 128 tokens per call; the
 sampler has N indices, batches of K, alpha 0.6, past its warm-up, default `LossValue`. Prints the
 median µs of each call for each copy and the median of the per-pair ratios after/before with its interquartile

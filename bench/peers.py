@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pure_python_tree import PurePythonSumTree
+from bench.pure_python_tree import PurePythonSumTree
 
 try:  # TorchRL's C++ segment trees and its PrioritizedReplayBuffer (needs torch 2.14 for torchrl 0.14)
     import torch

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Where replayloader's time goes: public calls vs the work inside them, at the benchmark's grid points.
 
-    python bench/profile_replayloader.py                  # timings + line profiles (needs line_profiler)
-    python bench/profile_replayloader.py --no-lines       # timings only
+    python -m bench.profile_replayloader                  # timings + line profiles (needs line_profiler)
+    python -m bench.profile_replayloader --no-lines       # timings only
 
 1. Floors: a Numba call with 1 / 4 / 8 array arguments doing nothing, a K-row gather / scatter of 128 int64
    tokens, `Generator.random(K)`.
@@ -21,15 +21,9 @@ for _var in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLA
 import argparse  # noqa: E402
 import gc  # noqa: E402
 import io  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-try:
-    import replayloader  # noqa: E402
-except ImportError:
-    sys.path.insert(0, os.path.dirname(HERE))
-    import replayloader  # noqa: E402
+import replayloader  # noqa: E402  (installed, or this checkout: run as python -m bench.profile_replayloader)
 
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402

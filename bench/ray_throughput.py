@@ -1,6 +1,6 @@
 """Throughput of replay through Ray actors against the in-process buffer and thread workers.
 
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python bench/ray_throughput.py --out results/ray_throughput.md
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python -m bench.ray_throughput --out results/ray_throughput.md
 
 Examples of 128 float32 (512 B), inserted 64 at a time, sampled 64 at a time, PER settings (alpha 0.6, beta 0.4,
 max-priority init, FIFO), buffer capacity 100,000. Rows:
@@ -19,13 +19,10 @@ import datetime
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import ray  # noqa: E402
 
@@ -122,7 +119,7 @@ def main() -> None:
 
 def report(args, rows, load: tuple[float, float]) -> None:
     lines = ["# Replay through Ray actors vs in process", "",
-             f"Command: `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python bench/ray_throughput.py --calls {args.calls} "
+             f"Command: `OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python -m bench.ray_throughput --calls {args.calls} "
              f"--items {args.items} --repeats {args.repeats} --out {args.out}`  ",
              f"Date: {datetime.date.today():%Y-%m-%d}  ",
              f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores shared with other "

@@ -1,7 +1,7 @@
 """Environment steps per second of SB3's DQN: SB3's uniform `ReplayBuffer` vs `replayloader.sb3.PrioritizedDQN`.
 
-    python bench/sb3_speed.py                                 # sizes 1e4 1e5 1e6, 5 paired repeats, 15k steps
-    python bench/sb3_speed.py --sizes 10000 --repeats 2 --steps 2000 --out /tmp/x.md   # a quick look
+    python -m bench.sb3_speed                                 # sizes 1e4 1e5 1e6, 5 paired repeats, 15k steps
+    python -m bench.sb3_speed --sizes 10000 --repeats 2 --steps 2000 --out /tmp/x.md   # a quick look
 
 Why paired and alternated: the machine this was written on is shared with other long jobs, so its speed drifts
 over minutes. Each repeat runs both arms back to back with the same seed and settings, the order alternating
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> str:
                      statistics.median(ratios), min(ratios), max(ratios), statistics.median(cpu_ratios)))
     total = time.perf_counter() - started
 
-    command = shlex.join(["python", "bench/sb3_speed.py", *(argv or sys.argv[1:])])
+    command = shlex.join(["python", "-m", "bench.sb3_speed", *(argv or sys.argv[1:])])
     lines = [
         "# SB3 DQN: environment steps per second, uniform `ReplayBuffer` vs `replayloader.sb3.PrioritizedDQN`",
         "",

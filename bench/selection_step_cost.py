@@ -17,8 +17,8 @@ count), one torch thread by default, blocks of ``--steps`` steps of each kind in
 between repeats) so drift hits both alike; it prints the median over repeats of each kind's CPU ms per step and
 the median of the per-repeat ratios, with their interquartile range, beside the forward-row model's value.
 
-    python bench/selection_step_cost.py                       # n_B = 320, n_b = 32, 64 -> 256 -> 256 -> 2 MLP
-    python bench/selection_step_cost.py --hidden 1024 --repeats 21
+    python -m bench.selection_step_cost                       # n_B = 320, n_b = 32, 64 -> 256 -> 256 -> 2 MLP
+    python -m bench.selection_step_cost --hidden 1024 --repeats 21
 """
 from __future__ import annotations
 

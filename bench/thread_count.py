@@ -5,7 +5,7 @@ The main job (`python examples/electra_tmr.py`) pretrains the tiny preset on the
 in the machine's load hits every setting alike, and prints the mean ``step_seconds`` (all steps but the first)
 of each run, the median per setting, and the 1-minute load average when each run started.
 
-    python bench/thread_count.py --steps 40 --rounds 3 --out /tmp/thread_count.jsonl
+    python -m bench.thread_count --steps 40 --rounds 3 --out /tmp/thread_count.jsonl
 
 "Busy" starts one pure-Python spinning process (one core's worth of load) for the length of the run.
 """

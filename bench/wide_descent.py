@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """The wide-node descent that issue 41 suggested, measured against the binary `descend` (a negative result).
 
-    python bench/wide_descent.py                   # N = 1e4, 1e5, 1e6, 1e7; K = 128, 1024
-    python bench/wide_descent.py --sizes 1e6 --ks 128
+    python -m bench.wide_descent                   # N = 1e4, 1e5, 1e6, 1e7; K = 128, 1024
+    python -m bench.wide_descent --sizes 1e6 --ks 128
 
 In the binary heap the four grandchildren of node i are rows 4i..4i+3, one 64-byte line when a row takes at
 most 16 bytes (sum + min priority in float64, or float32). `descend_wide` below goes down two levels a step from
@@ -25,10 +25,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 from numba import njit  # noqa: E402

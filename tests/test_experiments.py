@@ -99,7 +99,8 @@ def test_scripts_named_by_repository_paths_exist():
     import re
 
     named = {}
-    for script in [*EXPERIMENTS.glob("*.py"), *(ROOT / "bench").glob("*.py"), *(ROOT / "tools").glob("*.py")]:
+    for script in [*EXPERIMENTS.glob("*.py"), *(ROOT / "bench").glob("*.py"), *(ROOT / "checks").glob("*.py"),
+                   *(ROOT / "tools").glob("*.py")]:
         for parts in re.findall(r'REPO((?:\s*/\s*"[^"]+")+)', script.read_text()):
             relative = Path(*re.findall(r'"([^"]+)"', parts))
             if relative.suffix in {".py", ".sh"}:

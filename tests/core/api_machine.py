@@ -2,7 +2,7 @@
 
 Every rule calls the real object and the plain-numpy `ReferenceBuffer` alike (or expects the same error, after
 which the real state must be unchanged); after every rule the two are compared field by field. Shared by the CI
-test (`test_api_state_machine.py`) and the longer nightly run (`bench/fuzz_api.py`).
+test (`test_api_state_machine.py`) and the longer nightly run (`checks/fuzz_api.py`).
 """
 from __future__ import annotations
 

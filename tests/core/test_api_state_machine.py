@@ -1,6 +1,6 @@
 """Stateful fuzzing of the whole public API of ReplayBuffer and ReplayDataLoader against a numpy model.
 
-The CI run is sized to take well under a minute; `bench/fuzz_api.py` runs the same machine much longer.
+The CI run is sized to take well under a minute; `checks/fuzz_api.py` runs the same machine much longer.
 """
 import os
 

@@ -1,6 +1,6 @@
 """How a distributed job ends (issue 32): the torchrun recipes of docs/distributed.md run standalone and exit 0, a rank never
 outlives its launcher, and no process of a job is left behind (tests/processes.py). The 20-run count of the
-recipes lives in `bench/ddp_stress.py`, outside the suite's time budget."""
+recipes lives in `checks/ddp_stress.py`, outside the suite's time budget."""
 from __future__ import annotations
 
 import os

@@ -1,7 +1,7 @@
 """Soak: 10^6 buffer steps (add, sample, feedback), then a long loader run with background workers; memory must
 stay flat (RSS growth < 1% after warm-up).
 
-    OMP_NUM_THREADS=1 nice -n 10 python bench/soak.py --steps 1000000 --loader-steps 100000 > results/soak.md
+    OMP_NUM_THREADS=1 nice -n 10 python -m checks.soak --steps 1000000 --loader-steps 100000 > results/soak.md
 
 Prints a markdown report: the command, date, machine, RSS along the run and the verdict. Linux only (RSS is
 read from /proc/self/statm).
@@ -10,13 +10,9 @@ import argparse
 import datetime
 import os
 import platform
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from replayloader import ReplayBuffer, ReplayDataLoader  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
@@ -75,7 +71,7 @@ def main() -> None:
     soak_buffer(args.steps, args.capacity, args.k, rows)
     soak_loader(args.loader_steps, args.capacity, args.k, rows)
     print("# Soak: flat memory over long runs\n")
-    print(f"Command: `OMP_NUM_THREADS=1 nice -n 10 python bench/soak.py --steps {args.steps} --loader-steps "
+    print(f"Command: `OMP_NUM_THREADS=1 nice -n 10 python -m checks.soak --steps {args.steps} --loader-steps "
           f"{args.loader_steps} --capacity {args.capacity} --k {args.k}`  ")
     print(f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ")
     print(f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, no GPU, "

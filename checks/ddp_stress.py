@@ -7,7 +7,7 @@ the launcher ended (found by the environment tag of tests/processes.py, then kil
 starts the first recipe, SIGKILLs the launcher once both ranks train, and counts the runs where a process of the
 job was still alive ``--grace`` seconds later. Markdown to stdout (and ``--out``).
 
-    python bench/ddp_stress.py --runs 20 --kills 10 --out results/ddp_stress.md
+    python -m checks.ddp_stress --runs 20 --kills 10 --out results/ddp_stress.md
 """
 from __future__ import annotations
 
@@ -24,8 +24,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests/processes.py: the same leak finder as the suite
-
 from tests import processes  # noqa: E402
 
 
@@ -99,7 +97,7 @@ def main() -> int:
     args = parser.parse_args()
     lines = [f"# The torchrun recipes of docs/distributed.md, standalone ({datetime.date.today()}, {platform.node()}, "
              f"{os.cpu_count()} cores, torch {__import__('torch').__version__})", "",
-             f"`python bench/ddp_stress.py --runs {args.runs} --kills {args.kills}`", "",
+             f"`python -m checks.ddp_stress --runs {args.runs} --kills {args.kills}`", "",
              "| recipe | runs | exit 0 | other exit | abort at exit | hang | runs leaving processes | s per run |",
              "|---|---|---|---|---|---|---|---|"]
     all_recipes = recipes()

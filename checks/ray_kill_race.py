@@ -1,7 +1,7 @@
 """Does a call made right after killing a buffer actor still get an answer? Bare `ray.kill` against
 `RemoteBuffer.kill()`.
 
-    python bench/ray_kill_race.py              # 30 fresh actors per arm, prints how many calls were answered
+    python -m checks.ray_kill_race              # 30 fresh actors per arm, prints how many calls were answered
 
 Why it exists: a CI run failed `tests/ray/test_remote_buffer.py` once because `ray.kill` returned while the
 actor still answered a call made at once. This script measures how often that happens on the machine it runs on,

@@ -1,6 +1,6 @@
 """Nightly-style fuzzing: the CI state machine over the buffer and loader API, with many more and longer runs.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 nice -n 10 python bench/fuzz_api.py --examples 20000 --steps 50
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 nice -n 10 python -m checks.fuzz_api --examples 20000 --steps 50
 
 Prints how many runs passed and how long they took; a failure prints hypothesis' shrunk counterexample and
 exits non-zero. Unlike CI (derandomized), each invocation draws new cases.
@@ -9,11 +9,7 @@ import argparse
 import datetime
 import os
 import platform
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis.stateful import run_state_machine_as_test  # noqa: E402
@@ -28,7 +24,7 @@ def main() -> None:
     args = parser.parse_args()
     config = settings(max_examples=args.examples, stateful_step_count=args.steps, deadline=None,
                       suppress_health_check=list(HealthCheck), database=None)
-    print(f"Command: `OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 nice -n 10 python bench/fuzz_api.py --examples "
+    print(f"Command: `OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 nice -n 10 python -m checks.fuzz_api --examples "
           f"{args.examples} --steps {args.steps}`  ")
     print(f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ")
     print(f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, no GPU, Python {platform.python_version()}\n",
