@@ -105,6 +105,21 @@ def test_the_program_name_is_the_command_as_invoked(argv0, main_module, prog):
     assert cli.invoked_as(argv0, main_module) == prog
 
 
+def test_the_two_command_lines_share_the_program_name_without_importing_each_other():
+    """``cli`` imports ``finetune.cli`` (its finetune subcommand); the name both print comes from a third module,
+    ``program``, so ``finetune.cli`` imports nothing of ``cli`` and the two form no import circle."""
+    import ast
+    from pathlib import Path
+
+    from replayloader_electra import program
+    from replayloader_electra.finetune import cli as finetune_cli
+
+    assert cli.invoked_as is program.invoked_as and finetune_cli.invoked_as is program.invoked_as
+    tree = ast.parse(Path(finetune_cli.__file__).read_text())
+    imported = {(node.level, node.module) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert (2, "cli") not in imported and (2, None) not in imported, imported  # no `from ..cli`, `from .. import`
+
+
 def test_the_console_command_shows_its_own_name(monkeypatch, capsys):
     """As ``replayloader-tmr`` runs it: ``main()`` reading ``sys.argv``, ``__main__`` the console wrapper."""
     monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)  # not started with -m

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ..errors import UserError, report_user_error
 from ..flags import OptionParser, ProcessOptions, add_command, apply_process_options, options_from
+from ..program import invoked_as
 from .glue import GLUE_EIGHT
 from .options import (FINETUNE_OPTIONS, DataOptions, FinetuneCommand, GlueOptions, SquadOptions, SubsetOptions,
                       TrainingOptions)
@@ -77,9 +78,7 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ..cli import invoked_as  # the usage line names the command as typed (python -m ...finetune.cli)
-
-    parser = OptionParser(prog=invoked_as())
+    parser = OptionParser(prog=invoked_as())  # the usage line names the command as typed (python -m ...finetune.cli)
     add_finetune_subparser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)
