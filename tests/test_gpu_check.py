@@ -1,4 +1,4 @@
-"""`bench/gpu_check.sh --dry-run` runs the GPU check's whole command on the CPU at toy sizes (the numbers there
+"""`checks/gpu_check.sh --dry-run` runs the GPU check's whole command on the CPU at toy sizes (the numbers there
 mean nothing): the prepare step and its size check, every part, the report; the parts run with `datasets`
 blocked, so this also shows that the flagship pretrains and fine-tunes from local files without it."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "bench" / "gpu_check.py")
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "checks" / "gpu_check.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -32,10 +32,10 @@ def _run(args: list[str], out: Path, timeout: float = 300) -> subprocess.Complet
 def test_prepare_and_dry_run_write_every_section(tmp_path):
     pytest.importorskip("transformers")
     bundle, out = tmp_path / "bundle", tmp_path / "out"
-    prepared = _run([sys.executable, "bench/gpu_check.py", "--prepare", "--dry-run", "--bundle", str(bundle)], out)
+    prepared = _run([sys.executable, "-m", "checks.gpu_check", "--prepare", "--dry-run", "--bundle", str(bundle)], out)
     assert prepared.returncode == 0, prepared.stdout + prepared.stderr
     assert "limit 64 MiB: OK" in prepared.stdout and (bundle / "data" / "glue" / "SST-2" / "train.tsv").is_file()
-    done = _run(["bash", "bench/gpu_check.sh", "--dry-run", "--in-process", "--skip-tests", "--bundle", str(bundle)],
+    done = _run(["bash", "checks/gpu_check.sh", "--dry-run", "--in-process", "--skip-tests", "--bundle", str(bundle)],
                 out)
     log = (out / "gpu_check.log").read_text()
     assert done.returncode == 0, log[-3000:]
@@ -54,7 +54,7 @@ def test_prepare_and_dry_run_write_every_section(tmp_path):
 
 def test_a_part_runs_in_its_own_process_and_a_hung_one_is_stopped(tmp_path):
     out = tmp_path / "out"
-    done = _run(["bash", "bench/gpu_check.sh", "--dry-run", "--parts", "buffer", "--bundle", str(tmp_path)], out)
+    done = _run(["bash", "checks/gpu_check.sh", "--dry-run", "--parts", "buffer", "--bundle", str(tmp_path)], out)
     assert done.returncode == 0, (out / "gpu_check.log").read_text()[-3000:]
     assert "| buffer | ok |" in (out / "gpu_check.md").read_text()
     started = time.perf_counter()

@@ -203,7 +203,7 @@ class ProcessOptions:
     """Process-wide settings every command takes (declared once; applied by `apply_process_options`)."""
 
     threads: int | None = option(1, "torch CPU threads; none: torch's choice, one per core. 1 keeps a step "
-                                    "fast when other jobs share a small machine (results/threads.md)", "process")
+                                    "fast when other jobs share a small machine (results/threads/threads.md)", "process")
 
 
 def apply_process_options(options: ProcessOptions) -> None:

@@ -57,7 +57,7 @@ PRESETS: dict[str, Preset] = {
                    vocab_size=4096, max_len=128, max_positions=128, batch_size=32, learning_rate=2e-3,
                    warmup_steps=100, steps=1000, dropout=0.0),
     # The next size up for CPU runs: twice tiny's width, twice its depth (0.43 s/step at batch 32 on 2 cores
-    # per ../shared/notes/electra.md; 0.60 s/step measured on 1 thread in results/discriminator_probe.md).
+    # per ../shared/notes/electra.md; 0.60 s/step measured on 1 thread in results/discriminator_probe/discriminator_probe.md).
     "mini": Preset("mini", hidden=128, layers=4, heads=2, ffn=512, embedding=128, generator_heads=1,
                    vocab_size=4096, max_len=128, max_positions=128, batch_size=32, learning_rate=1e-3,
                    warmup_steps=200, steps=5000, dropout=0.0),

@@ -1,4 +1,4 @@
-"""Checkpoint helpers for tests and bench/fault_injection.py: a checkpoint that verifies without a run (built with
+"""Checkpoint helpers for tests and checks/fault_injection.py: a checkpoint that verifies without a run (built with
 the writer's own manifest), and a saver killed at random instants."""
 from __future__ import annotations
 

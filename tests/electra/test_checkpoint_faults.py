@@ -213,7 +213,7 @@ def test_resuming_a_copy_with_more_steps_writes_only_the_copy_and_continues_the_
 
 
 # ----------------------------------------------------------------------------- a full disk
-FULL_DISK = {  # how each writer reports a full disk (safetensors' own error was found by bench/fault_injection.py)
+FULL_DISK = {  # how each writer reports a full disk (safetensors' own error was found by checks/fault_injection.py)
     "save_torch_file": lambda name: SafetensorError("Error while serializing: I/O error: No space left on device "
                                                     "(os error 28)"),
     "write_state": lambda name: OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), name),

@@ -1,7 +1,7 @@
 """CUDA checks: storage on the device, feedback as CUDA tensors, pinned-memory loading, pretraining of every variant
 in fp32 and bf16 (with and without torch.compile), NCCL, export + fine-tuning.
 
-Run by `bench/gpu_check.py` on a GPU machine; skipped where CUDA is missing (so CI collects them and skips).
+Run by `checks/gpu_check.py` on a GPU machine; skipped where CUDA is missing (so CI collects them and skips).
 """
 from __future__ import annotations
 

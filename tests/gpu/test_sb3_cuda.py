@@ -1,7 +1,7 @@
 """replayloader.sb3 with its networks on a CUDA device: every prioritized algorithm trains there with its weights
 on the device and its priorities fed back, and with every weight 1 a DQN update equals SB3's on the device too.
 
-Run by `bench/gpu_check.py` on a GPU machine; skipped where CUDA or Stable-Baselines3 is missing.
+Run by `checks/gpu_check.py` on a GPU machine; skipped where CUDA or Stable-Baselines3 is missing.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 At step t the discriminator trains on exactly the corrupted batch the generator made at step t − D, once, while
 the joint loss keeps the current step's L_G: every row is D steps old and none is mixed with rows of other ages,
-which separates the age of replayed examples from the mixing of a replay window (results/REPRODUCTION.md,
+which separates the age of replayed examples from the mixing of a replay window (results/reproduce_tmr/REPRODUCTION.md,
 "Measurement 3"). ELECTRA is D = 0, where no delay line is built at all.
 
 While the queue fills (steps 1..D) the discriminator trains on the oldest batch queued, the first one, at ages

@@ -1,8 +1,8 @@
 """One prepared command that checks the flagship on a bare CUDA machine, pretrains, fine-tunes, and times it.
 
-    python bench/gpu_check.py --prepare               # here, once: the folder that travels (.gpu_bundle), sized
-    bash bench/gpu_check.sh                           # there: every part below, report in $OUT (< 8 min)
-    bash bench/gpu_check.sh --dry-run                 # anywhere: the same command at toy sizes on the CPU
+    python -m checks.gpu_check --prepare              # here, once: the folder that travels (.gpu_bundle), sized
+    bash checks/gpu_check.sh                          # there: every part below, report in $OUT (< 8 min)
+    bash checks/gpu_check.sh --dry-run                # anywhere: the same command at toy sizes on the CPU
 
 Nothing is installed on the GPU machine: the library and the integration run from the working tree
 (``replayloader_electra`` is imported from ``integrations/electra``), the pretraining corpus and GLUE are read
@@ -50,8 +50,7 @@ import warnings
 from pathlib import Path
 
 STARTED = time.perf_counter()  # this process's start: a part's time limit counts from it
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]  # run as python -m checks.gpu_check from here (gpu_check.sh does)
 BUNDLE = ROOT / ".gpu_bundle"  # ignored by git; `--prepare` fills it, the device call carries it
 LIMIT_BYTES = 64 * 2 ** 20  # what may travel to the device machine: code, data and wheels together
 WIKI_FILES = ("squad-train-articles.part1of2.txt.gz", "squad-train-articles.part2of2.txt.gz")  # never the dev text
@@ -734,7 +733,7 @@ def run_check(args) -> int:
     parts = [p for p in ORDER if p in (args.parts.split(",") if args.parts else ORDER)]
     if args.skip_tests and "tests" in parts:
         parts.remove("tests")
-    out = Path(args.out) if args.out else ROOT / "results" / "gpu_check.md"
+    out = Path(args.out) if args.out else ROOT / "results" / "gpu_check" / "gpu_check.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     env = environment("cpu" if args.dry_run else "cuda")
     prepared = read_json(bundle / "prepared.json")  # the device machine's copy may have no git history
@@ -771,7 +770,7 @@ def run_check(args) -> int:
                                               seconds_left=limit), started=part_started)
             outcomes[name] = {**read_json(work / f"{name}.json"), "seconds": time.perf_counter() - part_started}
         else:
-            command = [sys.executable, str(Path(__file__).resolve()), "--part", name, "--work", str(work),
+            command = [sys.executable, "-m", "checks.gpu_check", "--part", name, "--work", str(work),
                        "--bundle", str(bundle), "--seconds-left", f"{limit:.1f}", *(["--dry-run"] if args.dry_run else [])]
             code, _, seconds = run_process(command, limit, env=child_env)
             result = read_json(work / f"{name}.json")
@@ -805,8 +804,8 @@ def write_report(out: Path, args, env: dict, outcomes: dict, work: Path, seconds
 def report(args, env: dict, outcomes: dict, seconds: float) -> str:
     dry = args.dry_run
     lines = [f"# GPU check{' (dry run on the CPU: plumbing only, not a measurement)' if dry else ''}", "",
-             f"Command: `bash bench/gpu_check.sh` (after `python bench/gpu_check.py --prepare` here), which ran "
-             f"`python bench/gpu_check.py {getattr(args, 'argv_text', '')}`, at commit " + str(env.get("commit"))
+             f"Command: `bash checks/gpu_check.sh` (after `python -m checks.gpu_check --prepare` here), which ran "
+             f"`python -m checks.gpu_check {getattr(args, 'argv_text', '')}`, at commit " + str(env.get("commit"))
              + (f" with {env['prepared']['uncommitted_changes']} uncommitted change(s) when prepared"
                 if env.get("prepared", {}).get("uncommitted_changes") else "") + "  ",
              f"Date: {env['date']}  ",
@@ -1055,7 +1054,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default=None, help="--prepare: the data directory (default $REPLAYLOADER_DATA)")
     parser.add_argument("--bundle", default=str(BUNDLE), help="the carried folder (default .gpu_bundle)")
     parser.add_argument("--dry-run", action="store_true", help="toy sizes on the CPU: checks the plumbing only")
-    parser.add_argument("--out", default=None, help="markdown report (default results/gpu_check.md); gpu_check.json "
+    parser.add_argument("--out", default=None, help="markdown report (default results/gpu_check/gpu_check.md); gpu_check.json "
                                                     "beside it")
     parser.add_argument("--parts", default=None, help=f"comma-separated, from {','.join(ORDER)} (default: all, "
                                                       "while the budget lasts)")

@@ -13,7 +13,7 @@ Three parts, each writing one JSON line per trial to ``--out`` (JSONL) and a sum
   skipped and said so). Expected: `CheckpointNotWritten` naming the intact previous checkpoint, no partial
   directory left.
 
-    python bench/fault_injection.py --corruptions 200 --kills 200 --out results/checkpoint_faults.jsonl
+    python -m checks.fault_injection --corruptions 200 --kills 200 --out results/checkpoint_faults/checkpoint_faults.jsonl
 """
 from __future__ import annotations
 
@@ -27,8 +27,6 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
