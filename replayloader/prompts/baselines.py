@@ -89,6 +89,11 @@ class DynamicSampling:
     Why it is a baseline and not the answer: every dropped group was generated and paid for; a prioritized
     sampler tries not to generate it in the first place.
 
+    Each `next_batch` gets exactly one `feedback`, for all of its prompts (in any order): a second draw before the
+    feedback, a feedback without a draw, or one for other prompts raises, and nothing changes. ``oversample`` and
+    ``max_rounds`` may differ when a checkpoint is loaded (they shape the rounds to come; the draw stream, the
+    prompts and the seed must match).
+
     Args:
         num_prompts: N.
         batch_size: groups with signal per training batch.
@@ -125,6 +130,7 @@ class DynamicSampling:
         self.kept = 0
         self.rounds = 0
         self.last_drawn = np.full(self.num_prompts, -1, np.int64)
+        self.pending: np.ndarray | None = None  # the last draw, until its feedback
         self.counters = {"drawn": 0, "groups": 0, "kept": 0, "dropped": 0, "trimmed": 0, "batches": 0, "passes": 0}
 
     def _permutation(self) -> np.ndarray:
@@ -142,6 +148,9 @@ class DynamicSampling:
 
     def next_batch(self) -> PromptBatch:
         """The next prompts to generate for (a new training batch starts when the current one is `full`)."""
+        if self.pending is not None:
+            raise RuntimeError(f"the last draw's {len(self.pending)} prompts have had no feedback yet: each "
+                               f"next_batch() gets one feedback(...) before the next draw")
         if self.full:
             self.kept = self.rounds = 0
             self.counters["batches"] += 1
@@ -160,14 +169,23 @@ class DynamicSampling:
         self.step += 1
         self.rounds += 1
         self.counters["drawn"] += len(taken)
+        self.pending = taken.copy()
         return batch
 
     def feedback(self, prompt_indices: Any, *, rewards: Any) -> np.ndarray:
         """Which groups to train on (bool, one per group): those with reward variance, up to the ``need`` groups
         still missing from the batch (the surplus is trimmed), counted toward the batch. Bad input raises a
         ValueError naming the argument, and nothing changes."""
+        if self.pending is None:
+            raise ValueError("prompt_indices: no draw is waiting for feedback (each next_batch() gets one "
+                             "feedback(...), for all of its prompts)")
         idx, values = read_groups(prompt_indices, rewards, group_size=self.group_size, binary=False,
                                   num_prompts=self.num_prompts, drawn=self.last_drawn >= 0)
+        if len(idx) != len(self.pending) or not np.array_equal(np.sort(idx), np.sort(self.pending)):
+            raise ValueError(f"prompt_indices must be the {len(self.pending)} prompts of the last next_batch(), each "
+                             f"once, got {len(idx)} prompts: {np.asarray(idx)[:8].tolist()}"
+                             + (" ..." if len(idx) > 8 else ""))
+        self.pending = None
         signal = ~(values == values[:, :1]).all(axis=1)
         keep = signal & (np.cumsum(signal) <= self.need)  # DAPO trims the surplus: exactly batch_size are kept
         kept = int(keep.sum())
@@ -179,6 +197,11 @@ class DynamicSampling:
         return keep
 
     def stats(self) -> dict[str, Any]:
+        """Counts since the start: ``drawn`` prompts and ``groups`` fed back (equal once every draw is fed),
+        ``kept`` (trained on), ``dropped`` (zero reward variance), ``trimmed`` (with variance, beyond a full
+        batch), so groups = kept + dropped + trimmed; ``batches``: training batches begun before the current one;
+        ``passes``: completed shuffled passes over the prompts; ``kept_in_batch`` and ``rounds_in_batch`` of the
+        current batch; ``frac_zero_variance_total`` = dropped / groups."""
         groups = self.counters["groups"]
         return {**self.counters, "kept_in_batch": self.kept, "rounds_in_batch": self.rounds,
                 "frac_zero_variance_total": self.counters["dropped"] / groups if groups else 0.0}
@@ -190,11 +213,14 @@ class DynamicSampling:
     def state_dict(self) -> dict:
         return {"version": STATE_VERSION, "config": self.config(), "rng": self.rng_state.copy(),
                 "order": self.order.copy(), "position": self.position, "step": self.step, "kept": self.kept,
-                "rounds": self.rounds, "last_drawn": self.last_drawn.copy(), "counters": dict(self.counters)}
+                "rounds": self.rounds, "last_drawn": self.last_drawn.copy(), "counters": dict(self.counters),
+                "waiting": self.pending is not None,
+                "pending": (self.pending if self.pending is not None else np.zeros(0, np.int64)).copy()}
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a `state_dict` (checked first: `InvalidState` names the bad field, nothing changes)."""
-        where = check_header(state, STATE_VERSION, self.config(), "dynamic sampling")
+        fixed = {k: v for k, v in self.config().items() if k not in ("oversample", "max_rounds")}
+        where = check_header(state, STATE_VERSION, fixed, "dynamic sampling")
         n = self.num_prompts
         order = array(state, "order", where, (n,), "iu", np.int64)
         require(np.array_equal(np.sort(order), np.arange(n)), f"{where}['order'] must be a permutation of {n}")
@@ -207,5 +233,11 @@ class DynamicSampling:
                 f"{where}['last_drawn'] must lie in [-1, step={step})")
         rng = rng_words(state, "rng", where)
         counts = counters(state, "counters", where, self.counters)
+        pending = None  # states written before the draw/feedback pairing was kept hold no pending draw
+        if "waiting" in state and bool(state["waiting"]):
+            pending = array(state, "pending", where, (-1,), "iu", np.int64)
+            require(bool(((pending >= 0) & (pending < n)).all()) and len(pending) > 0
+                    and bool((last_drawn[pending] == step - 1).all()),
+                    f"{where}['pending'] must be the prompts drawn at step {step - 1}")
         self.order, self.position, self.step, self.kept, self.rounds = order, position, step, kept, rounds
-        self.last_drawn, self.rng_state, self.counters = last_drawn, rng, counts
+        self.last_drawn, self.rng_state, self.counters, self.pending = last_drawn, rng, counts, pending

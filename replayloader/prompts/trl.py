@@ -102,9 +102,10 @@ def feedback_values(trainer: GRPOTrainer, rewards: torch.Tensor, column: int | N
         bad = np.flatnonzero(~np.isfinite(table[:, j]))
         if len(bad):
             raise ValueError(
-                f"reward_funcs[{j}] ({names[j]!r}) returned {table[bad[0], j]} (None is read as nan) for completion "
-                f"{bad[0]} of this generation batch: the prompt sampler needs every completion's reward, so return "
-                f"a number (0.0 for a failure)"
+                f"reward_funcs[{j}] ({names[j]!r}) returned {table[bad[0], j]}"
+                + (" (None is read as nan)" if np.isnan(table[bad[0], j]) else "")
+                + f" for completion {bad[0]} of this generation batch: the prompt sampler needs every completion's "
+                f"reward, so return a finite number (0.0 for a failure)"
                 + ("" if column is not None or len(names) == 1 else
                    ", or feed it from one reward function with feedback_reward=<name>"))
     return values, source

@@ -25,6 +25,9 @@ with an error. This trainer does the same inside TRL's one hook that sees a whol
 """
 from __future__ import annotations
 
+import json
+import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,6 +39,7 @@ from .baselines import DynamicSampling
 from .trl import feedback_column, feedback_values
 
 STATE_FILE = "dynamic_sampling.npz"  # the sampler's file in a checkpoint folder
+WARN_EVERY = 100  # rounds of one batch between warnings when max_rounds is None (it may never fill)
 LEFT_PADDED = ("prompt_ids", "prompt_mask")  # TRL left-pads prompts and right-pads completions
 PAD_ID = ("prompt_ids", "completion_ids")  # filled with the pad token; every other tensor with 0
 PER_ROW = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "old_per_token_logps",
@@ -132,6 +136,12 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
             except ValueError as exc:
                 raise ValueError(f"dynamic sampling refused the rewards of {source}: {exc}") from exc
             rounds += 1
+            if dynamic.max_rounds is None and rounds % WARN_EVERY == 0:
+                warnings.warn(f"dynamic sampling: {rounds} rounds for one batch and {dynamic.kept} of "
+                              f"{dynamic.batch_size} groups with reward variance so far; with max_rounds=None it "
+                              f"generates until the batch fills, which it never does if every group's completions "
+                              f"all get the same reward (set max_rounds, DAPO's max_num_gen_batches, to stop)",
+                              RuntimeWarning, stacklevel=2)
             if keep.any():
                 parts.append(_rows(output, np.repeat(keep, group)))
             if dynamic.full:
@@ -160,7 +170,22 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
                                                          "DynamicSamplingGRPOTrainer")
         if state is not None:
             self.dynamic_sampling.load_state_dict(state)
+            self._warn_off_boundary(Path(resume_from_checkpoint))
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def _warn_off_boundary(self, checkpoint: Path) -> None:
+        """Warn when ``checkpoint`` was saved inside a generation cycle: TRL regenerates the batch it was reusing,
+        and the regeneration draws new prompts, so the resumed run leaves the uninterrupted one's stream."""
+        cycle = self.args.steps_per_generation * self.num_iterations
+        try:
+            step = json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+        except (OSError, ValueError, KeyError):
+            return  # transformers itself reports a checkpoint without its state
+        if step % cycle:
+            warnings.warn(f"{checkpoint} was saved at step {step}, inside a generation cycle of {cycle} steps "
+                          f"(steps_per_generation x num_iterations): the resumed run regenerates that batch from new "
+                          f"prompts and will not repeat the uninterrupted run (save_steps a multiple of {cycle} "
+                          f"resumes exactly)", RuntimeWarning, stacklevel=3)
 
 
 def _rows(output: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 import copy
 
 import numpy as np
+import pytest
 
 from replayloader.prompts import DynamicSampling, OnlineFilter
+from replayloader.state import InvalidState
 
 from ..core.helpers import assert_state_equal
 
@@ -82,3 +84,36 @@ def test_dynamic_sampling_resumes_exactly():
     assert [fill(resumed, 10 * k) for k in range(1, 4)] == after
     assert all(rounds >= 1 and len(kept) == 5 for kept, rounds in after)
     assert_state_equal(resumed.state_dict(), dynamic.state_dict())
+
+
+def test_each_draw_gets_exactly_one_feedback_for_all_its_prompts():
+    dynamic = DynamicSampling(30, 4, group_size=2, seed=0)
+    with pytest.raises(ValueError, match="no draw is waiting"):
+        dynamic.feedback([0], rewards=np.array([[0.0, 1.0]]))
+    batch = dynamic.next_batch()
+    before = copy.deepcopy(dynamic.state_dict())
+    with pytest.raises(RuntimeError, match="have had no feedback yet"):
+        dynamic.next_batch()
+    with pytest.raises(ValueError, match="must be the 4 prompts of the last next_batch"):
+        dynamic.feedback(batch.indices[:1], rewards=np.array([[0.0, 1.0]]))
+    assert_state_equal(dynamic.state_dict(), before)  # refused: nothing changed
+    dynamic.feedback(batch.indices[::-1], rewards=np.tile([[0.0, 1.0]], (4, 1)))  # any order
+    with pytest.raises(ValueError, match="no draw is waiting"):
+        dynamic.feedback(batch.indices, rewards=np.tile([[0.0, 1.0]], (4, 1)))
+    assert dynamic.stats()["groups"] == dynamic.stats()["drawn"] == 4
+
+
+def test_a_checkpoint_with_a_draw_waiting_resumes_it_and_the_round_settings_may_change():
+    dynamic = DynamicSampling(30, 4, oversample=1.5, max_rounds=2, group_size=2, seed=3)
+    batch = dynamic.next_batch()
+    saved = copy.deepcopy(dynamic.state_dict())
+    resumed = DynamicSampling(30, 4, oversample=3.0, max_rounds=None, group_size=2, seed=3)
+    resumed.load_state_dict(saved)  # oversample and max_rounds shape the rounds to come
+    assert resumed.oversample == 3.0 and resumed.max_rounds is None
+    resumed.feedback(batch.indices, rewards=np.ones((len(batch), 2)))  # the waiting draw's feedback
+    assert len(resumed.next_batch()) == 12  # 3.0 x the 4 groups still missing
+    with pytest.raises(InvalidState, match="checkpoint has seed=3 but this dynamic sampling has seed=4"):
+        DynamicSampling(30, 4, group_size=2, seed=4).load_state_dict(saved)
+    damaged = {**saved, "pending": saved["pending"][:1] + 1}
+    with pytest.raises(InvalidState, match="pending"):
+        DynamicSampling(30, 4, group_size=2, seed=3).load_state_dict(damaged)

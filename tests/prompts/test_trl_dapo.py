@@ -151,3 +151,29 @@ def test_the_docstring_example_runs():
 
     result = doctest.testmod(trl_dapo, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 10 and result.failed == 0
+
+
+def test_a_batch_without_max_rounds_warns_while_it_cannot_fill(tmp_path, monkeypatch):
+    from replayloader.prompts import trl_dapo
+
+    monkeypatch.setattr(trl_dapo, "WARN_EVERY", 3)
+    calls = []
+
+    def unsolved_then_mixed(completions, **kwargs):  # 6 rounds of all-failed groups, then groups with variance
+        calls.append(1)
+        return [float(len(calls) > 6 and k % 2) for k in range(len(completions))]
+
+    run = trainer(tmp_path, unsolved_then_mixed, dynamic=DynamicSampling(40, 2, group_size=4), max_steps=1)
+    with pytest.warns(RuntimeWarning, match="6 rounds for one batch and 0 of 2 groups") as caught:
+        run.train()
+    assert [str(w.message)[:40] for w in caught if "rounds for one batch" in str(w.message)] == [
+        "dynamic sampling: 3 rounds for one batch", "dynamic sampling: 6 rounds for one batch"]
+
+
+def test_resuming_inside_a_generation_cycle_warns(tmp_path):
+    make = lambda out: trainer(out, ThirdUnsolved(), dynamic=DynamicSampling(40, 1, group_size=4, seed=1),
+                               per_device_train_batch_size=2, steps_per_generation=2, max_steps=4,
+                               save_strategy="steps", save_steps=3)
+    make(tmp_path / "a").train()
+    with pytest.warns(RuntimeWarning, match="saved at step 3, inside a generation cycle of 2 steps"):
+        make(tmp_path / "b").train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-3"))
