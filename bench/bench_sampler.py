@@ -4,7 +4,7 @@ Per-step cost is what a training loop pays on top of its own step, so it is comp
 step time (results/prioritized_glue/, results/prioritized_digits/). Each cell is the best of several repeats of `--steps` steps (the machine is
 shared: the minimum is the least disturbed figure); the loss fed back is a torch tensor, as in a real loop.
 
-    python -m bench.bench_sampler --out results/bench_sampler.md
+    python -m bench.bench_sampler --out results/bench_sampler/bench_sampler.md
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ first-touch) before timing; repetitions of different implementations are interle
 
     python -m bench.bench_sumtree                 # full run (~5-10 min on 2 cores)
     python -m bench.bench_sumtree --quick         # smoke run (<30 s)
-    python -m bench.bench_sumtree --out results/bench_sumtree.md
+    python -m bench.bench_sumtree --out results/bench_sumtree/bench_sumtree.md
 
 Peers are optional: without torchrl or cpprb their columns read "n/a" (so it also runs with replayloader alone).
 """

@@ -5,7 +5,7 @@
     python -m torch.distributed.run --nproc_per_node=2 -m bench.distributed_sampler finetune [--overlap]
     python -m bench.distributed_sampler memory --sizes 10000000 --distributed
     python -m bench.distributed_sampler memory --sizes 100000000
-    python -m bench.distributed_sampler report          # the tables of results/distributed_sampler.md
+    python -m bench.distributed_sampler report          # the tables of results/distributed_sampler/distributed_sampler.md
 
 ``gather``: per step, the bytes every rank receives and the time of `update` (all-gather + applying the merged
 feedback) next to its parts: the bare collective, the local apply (what one process pays), and the draw; also
@@ -19,7 +19,7 @@ ranks' skew (one rank's forward ending later), reported apart: without it `updat
 wait, which DDP's all-reduce absorbs otherwise.
 ``memory``: bytes per example held by one rank's replica (RSS and tracemalloc), in the warm-up pass and after.
 Each collective is timed right after a barrier (the ranks in step). Each measurement is merged into
-``results/distributed_sampler.json`` (raw figures), from which ``report`` prints the tables. Times are medians
+``results/distributed_sampler/distributed_sampler.json`` (raw figures), from which ``report`` prints the tables. Times are medians
 over ``--steps`` steps after 20 unmeasured ones.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 from replayloader import LinearSchedule, PrioritizedSampler  # noqa: E402
 
-RESULTS = ROOT / "results" / "distributed_sampler.json"
+RESULTS = ROOT / "results" / "distributed_sampler" / "distributed_sampler.json"
 WARM = 20
 
 

@@ -2,7 +2,7 @@
 a step each rank spends in its replay buffer (add + sample + update; goal <= 1%).
 
     python -m bench.distributed_throughput --repeats 3            # runs 1 and 2 ranks alternately, prints a table
-    python -m bench.distributed_throughput --repeats 3 --write results/distributed_throughput.md
+    python -m bench.distributed_throughput --repeats 3 --write results/distributed_throughput/distributed_throughput.md
 
 Both world sizes train on the same global batch, so examples/s = global batch x steps/s. Timing covers the steps
 after ``--warmup`` (first-call compilation and cache reads excluded). Each run is a separate `torchrun` (or plain

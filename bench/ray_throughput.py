@@ -1,6 +1,6 @@
 """Throughput of replay through Ray actors against the in-process buffer and thread workers.
 
-    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python -m bench.ray_throughput --out results/ray_throughput.md
+    OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 python -m bench.ray_throughput --out results/ray_throughput/ray_throughput.md
 
 Examples of 128 float32 (512 B), inserted 64 at a time, sampled 64 at a time, PER settings (alpha 0.6, beta 0.4,
 max-priority init, FIFO), buffer capacity 100,000. Rows:

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> str:
                         "(the buffers store on the host, as SB3's do)")
     parser.add_argument("--load", default="no other jobs were reported",
                         help="what else ran on the machine meanwhile, written into the report")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "sb3_speed.md")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "sb3_speed" / "sb3_speed.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 

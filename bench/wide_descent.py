@@ -13,7 +13,7 @@ operations win). It touches one line per two levels instead of two.
 
 Timing: two trees with the same content (one per kernel, so neither warms the other's lines), the same targets,
 each repetition calls both in alternating order; printed: the binary median µs and the median of the
-per-repetition ratios wide / binary, for several `wide_from`. On the 2-core EPYC of results/bench_sumtree_wide.md
+per-repetition ratios wide / binary, for several `wide_from`. On the 2-core EPYC of results/bench_sumtree/bench_sumtree_wide.md
 the ratios were 0.95-1.11: the K descents already go down together level by level, so their misses overlap and
 the line count is not what bounds them. The kernel therefore stays out of the library.
 """

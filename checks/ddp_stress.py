@@ -7,7 +7,7 @@ the launcher ended (found by the environment tag of tests/processes.py, then kil
 starts the first recipe, SIGKILLs the launcher once both ranks train, and counts the runs where a process of the
 job was still alive ``--grace`` seconds later. Markdown to stdout (and ``--out``).
 
-    python -m checks.ddp_stress --runs 20 --kills 10 --out results/ddp_stress.md
+    python -m checks.ddp_stress --runs 20 --kills 10 --out results/ddp_stress/ddp_stress.md
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Soak: 10^6 buffer steps (add, sample, feedback), then a long loader run with background workers; memory must
 stay flat (RSS growth < 1% after warm-up).
 
-    OMP_NUM_THREADS=1 nice -n 10 python -m checks.soak --steps 1000000 --loader-steps 100000 > results/soak.md
+    OMP_NUM_THREADS=1 nice -n 10 python -m checks.soak --steps 1000000 --loader-steps 100000 > results/soak/soak.md
 
 Prints a markdown report: the command, date, machine, RSS along the run and the verdict. Linux only (RSS is
 read from /proc/self/statm).

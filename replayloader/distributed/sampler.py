@@ -3,7 +3,7 @@
 Optional module (torch is imported when a sampler is built or a state file is shared across ranks).
 
 Why every rank holds the whole tree (replication) rather than 1/W of it: the sampler holds 69-80 bytes per
-example (N = 10^8 and 10^7, `results/distributed_sampler.md`), so up to about 10^8 examples a copy per rank
+example (N = 10^8 and 10^7, `results/distributed_sampler/distributed_sampler.md`), so up to about 10^8 examples a copy per rank
 fits in host memory, and replication needs no message per draw: each rank draws the same global batch from the
 same tree with the same RNG, and only the feedback travels.
 

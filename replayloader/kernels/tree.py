@@ -30,7 +30,7 @@ write; draws are untouched):
 
 A wider node (a descent that reads the four grandchildren of node i, rows 4i..4i+3, one 64-byte line for rows
 of up to 16 bytes, and takes two levels a step, leaf for leaf the same walk) was measured and lost: 0.95-1.13x
-the binary descent at N = 1e4..1e7 (results/bench_sumtree_wide.md, bench/wide_descent.py). The K descents
+the binary descent at N = 1e4..1e7 (results/bench_sumtree/bench_sumtree_wide.md, bench/wide_descent.py). The K descents
 already go down together, so their misses overlap and a descent is not bound by the lines it touches.
 """
 from __future__ import annotations

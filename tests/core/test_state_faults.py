@@ -319,7 +319,7 @@ def _load_damaged(obj, pick: int, how: int, delete: bool) -> bool:
 
 
 _DELETE = object()
-# A longer run for results/state_faults.md: STATE_FAULT_EXAMPLES=3000 (see that file for the command).
+# A longer run for results/state_faults/state_faults.md: STATE_FAULT_EXAMPLES=3000 (see that file for the command).
 _EXAMPLES = int(os.environ.get("STATE_FAULT_EXAMPLES", "120"))
 _FIELD_EDITS = settings(max_examples=_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
