@@ -7,7 +7,7 @@ on the batches of that step as ``aux``.
 
 With ``workers=K`` the producer runs in K background threads (or processes) instead, and its results enter the
 buffer in item order through a bounded queue while the training loop samples (`workers.OrderedFeed`); a
-`RateLimiter` holds the two sides to a samples-per-insert ratio. Every buffer call then holds ``loader.lock``.
+`RateLimiter` holds the two sides to a samples-per-insert ratio (`pacing.PacedPass`, `RayReplayLoader`'s too). Every buffer call then holds ``loader.lock``.
 Without workers a `RateLimiter` sets how many batches each produced batch buys (the loop never waits).
 
 A producer that keeps state between calls (a delay line, an n-step return accumulator) declares it with
@@ -30,9 +30,10 @@ import numpy as np
 from ..buffer.replay_buffer import ReplayBuffer, Sample
 from .deferred import DeferredFeedback
 from ..buffer.locked import LockedBuffer
-from .rate_limiter import LimiterConfigError, RateLimiter, RateLimitTimeout, credit_limiter
+from .pacing import PacedPass
+from .rate_limiter import RateLimiter
 from ..state.checks import InvalidState, field, integer, number
-from .workers import OrderedFeed, ProducerPool
+from .workers import ProducerPool
 from .. import _checks as checks
 from .._moved import renamed
 
@@ -127,10 +128,9 @@ class ReplayDataLoader:
         self._credit = 0.0
         self._skip = 0  # source items to fast-forward over after load_state_dict
         self._resuming = False  # the next pass continues a restored position instead of starting afresh
-        self._pace: RateLimiter | None = None  # the limiter of a running background pass
+        self._pace: PacedPass | None = None  # the pacing of a running background pass
         self._source_states: dict[int, Any] = {}  # a stateful source's state before each in-flight item
         self._pass_index0 = 0  # self.step when the background pass started
-        self._insert_wait0 = 0.0  # the pacing limiter's insert wait when the pass started
         self._meter = new_meter()
 
     def __len__(self) -> int:
@@ -177,110 +177,77 @@ class ReplayDataLoader:
                 limiter.check_progress(_batch_length(examples), self.batch_size)
             self.flush_feedback()  # the producer's device work is queued: now wait for the last step's feedback
             with self.lock:
-                self.buffer.add(examples)
-                fresh_slots = self.buffer.last_add_slots
+                fresh_ids = self.buffer.add(examples)
                 size = len(self.buffer)
             self.step += 1
-            meter["inserted"] += len(fresh_slots)
+            meter["inserted"] += len(fresh_ids)
             meter["learner_wait"] += time.perf_counter() - began
             if limiter is not None:  # as many batches as the limiter admits; it never has to wait here
-                limiter.record_insert(len(fresh_slots))
+                limiter.record_insert(len(fresh_ids))
                 while limiter.can_sample(self.batch_size):
                     limiter.acquire_sample(self.batch_size)
-                    yield self._sample(fresh_slots, aux, self.step)
+                    meter["sampled"] += self.batch_size
+                    yield self._sample(fresh_ids, aux, self.step)
                 continue
             if size < self.min_size:
                 continue
             self._credit += self.replay_ratio
             while self._credit >= 1.0 - 1e-12:
                 self._credit -= 1.0
-                yield self._sample(fresh_slots, aux, self.step)
+                meter["sampled"] += self.batch_size
+                yield self._sample(fresh_ids, aux, self.step)
         self.step = 0
         self.consumed = 0
 
-    def _sample(self, fresh_slots: np.ndarray, aux: Any, step: int) -> ReplayBatch:
+    def _sample(self, fresh_ids: np.ndarray, aux: Any, step: int) -> ReplayBatch:
         with self.lock:
             sample = self.buffer.sample(self.batch_size)
-        self._meter["sampled"] += self.batch_size
-        fresh = np.isin(sample.ids % self.buffer.capacity, fresh_slots)
-        return ReplayBatch(sample.data, sample.ids, sample.probabilities, sample.weights, sample.ages,
-                           aux=aux, fresh=fresh, produced=step)
+        return replay_batch(sample, fresh_ids, aux=aux, produced=step)
 
     # ------------------------------------------------------------------ background producers
     def _iter_background(self) -> Iterator[ReplayBatch]:
-        """Producers in workers, results added in item order by the feed's thread, sampling here.
-
-        Counting: a user rate limiter counts examples (inserted examples, sampled examples); without one, a
-        credit limiter counts produced batches and yielded batches (``replay_ratio`` per produced batch, the
-        same count of batches as without workers).
-        """
-        limiter = self.rate_limiter
-        per_example = limiter is not None
-        if limiter is None:
-            limiter = credit_limiter(self.replay_ratio, self.timeout, self._credit, ahead=self.window)
-        limiter.reopen()
-        self._pace, self._pass_index0, self._latest = limiter, self.step, (np.empty(0, np.int64), None)
-        self._insert_wait0 = limiter.insert_wait  # a user's limiter keeps counting across passes
-        consumed0, meter = self.consumed, self._meter
+        """Producers in workers, results added in item order by the feed's thread, sampling here, paced by the
+        one background pass (`pacing.PacedPass`, which `RayReplayLoader` runs too)."""
+        pacing = PacedPass(self.rate_limiter, replay_ratio=self.replay_ratio, timeout=self.timeout,
+                           credit=self._credit, window=self.window, batch_size=self.batch_size, lock=self.lock,
+                           meter=self._meter)
+        self._pace, self._pass_index0, self._latest = pacing, self.step, (np.empty(0, np.int64), None)
+        consumed0 = self.consumed
 
         def consume(index: int, produced: Any) -> None:
             examples, aux = _split(produced)
-            n = _batch_length(examples)
-            if per_example:
-                limiter.check_progress(n, self.batch_size)
-            limiter.wait_insert(n if per_example else 1)
-            with self.lock:
-                self.buffer.add(examples)
-                self._latest = (self.buffer.last_add_slots, aux)
+
+            def add() -> bool:
+                self._latest = (self.buffer.add(examples), aux)
                 self.step += 1
                 if self.source is not None:
                     self.consumed = consumed0 + index + 1
                 self._source_states.pop(index, None)
-                meter["inserted"] += n
-                if per_example:
-                    limiter.record_insert(n)
-                elif len(self.buffer) >= self.min_size:
-                    limiter.record_insert(1)
+                return len(self.buffer) >= self.min_size
+
+            pacing.insert(_batch_length(examples), add)
 
         def remember_source(index: int) -> None:
             if self.source is not None and hasattr(self.source, "state_dict"):
                 with self.lock:
                     self._source_states[index] = self.source.state_dict()
 
+        def draw() -> ReplayBatch:
+            with self.lock:
+                fresh_ids, aux = self._latest
+                return self._sample(fresh_ids, aux, self.step)
+
         pool = ProducerPool(self.producer, self.workers, self.worker_kind, use_item=self.source is not None,
                             start_method=self.start_method)
-        feed = OrderedFeed(pool, self._items(), consume, self.window, on_finish=limiter.finish_inserts,
-                           on_dispatch=remember_source, passthrough=(LimiterConfigError,)).start()
-        finished = False
-        timed_out = False  # then a producer call still running is not waited for: timeout bounds the wait
         try:
-            while True:
-                self.flush_feedback()
-                began = time.perf_counter()
-                admitted = limiter.acquire_sample(self.batch_size if per_example else 1)
-                meter["learner_wait"] += time.perf_counter() - began
-                if not admitted:  # producers are done, or failed (batches added before a failure still count)
-                    finished = True
-                    break
-                with self.lock:
-                    fresh_slots, aux = self._latest
-                    batch = self._sample(fresh_slots, aux, self.step)
-                yield batch
-        except RateLimitTimeout:
-            timed_out = True
-            raise
+            yield from pacing.run(pool, self._items(), consume, draw, on_dispatch=remember_source,
+                                  before_sample=self.flush_feedback)
         finally:
-            feed.halt()
-            limiter.close()  # wakes a feed blocked on the limiter
-            feed.stop(wait_for_producers=not timed_out)
-            meter["producer_wait"] += feed.producer_wait + limiter.insert_wait - self._insert_wait0
-            if not per_example:
-                self._credit = limiter.diff
+            if pacing.credit is not None:
+                self._credit = pacing.credit
             self._pace = None
             self._source_states.clear()
-        if feed.error is not None:
-            raise feed.error
-        if finished:
+        if pacing.finished:
             self.step = 0
             self.consumed = 0
 
@@ -301,7 +268,7 @@ class ReplayDataLoader:
         """Throughput and waiting since the first pass began: inserted and sampled examples per second, seconds
         the training loop waited for data (without workers: the time it spent producing) and seconds producers
         waited (idle workers while the queue was full, plus rate-limiter waits). Sums over passes."""
-        running = self._pace.insert_wait - self._insert_wait0 if self._pace is not None else 0.0
+        running = self._pace.producer_wait if self._pace is not None else 0.0
         return meter_report(self._meter, running)  # a running pass's waits so far count too
 
     def state_dict(self) -> dict:
@@ -310,7 +277,7 @@ class ReplayDataLoader:
         (batches still in flight are produced again after a resume)."""
         self.flush_feedback()  # feedback already given belongs to the state
         with self.lock:
-            credit = self._credit if self._pace is None or self.rate_limiter is not None else self._pace.diff
+            credit = self._credit if self._pace is None or self._pace.credit is None else self._pace.credit
             state = {"step": self.step, "consumed": self.consumed, "credit": credit,
                      "buffer": self.buffer.state_dict()}
             if self.rate_limiter is not None:
@@ -362,6 +329,13 @@ class ReplayDataLoader:
         if not restores_source:
             self._skip = self.consumed
         self._resuming = True
+
+
+def replay_batch(sample: Sample, fresh_ids: np.ndarray, *, aux: Any = None, produced: int = 0) -> ReplayBatch:
+    """A sample as a `ReplayBatch` (this loader's and `RayReplayLoader`'s): ``fresh`` marks, by id, the examples
+    of the latest produced batch added to the buffer (``fresh_ids``, the ids its add returned)."""
+    return ReplayBatch(sample.data, sample.ids, sample.probabilities, sample.weights, sample.ages, aux=aux,
+                       fresh=np.isin(sample.ids, fresh_ids), produced=produced)
 
 
 def new_meter() -> dict:

@@ -6,7 +6,8 @@ not depend on which actor finished first. Produced batches never pass through th
 producer's ObjectRef to the buffer actor (`stage`), which fetches it from the producer's node and reports its
 size; once the `RateLimiter` admits the insert, the feed commits it. A producer whose result is not admitted
 gets no new call, so producers on every node wait, and the learner waits in ``acquire_sample``: both sides
-block, each with its timeout, under the one limiter rule of `replayloader.loader.rate_limiter`.
+block, each with its timeout, under the one limiter rule of `replayloader.loader.rate_limiter`, in the very
+pass `ReplayDataLoader` runs with workers (`replayloader.loader.pacing`).
 
 A producer actor that dies (its process or node lost) stops the loader with `ProducerDied`, or, with
 ``restart=``, is replaced by a new actor that produces its item again; the buffer keeps everything.
@@ -25,9 +26,10 @@ from typing import Any
 import numpy as np
 import ray
 
-from ..loader.replay_loader import ReplayBatch, checked_position, meter_report, new_meter
-from ..loader.rate_limiter import RateLimiter, credit_limiter
-from ..loader.workers import OrderedFeed, WorkerError
+from ..loader.pacing import PacedPass
+from ..loader.rate_limiter import RateLimiter
+from ..loader.replay_loader import ReplayBatch, checked_position, meter_report, new_meter, replay_batch
+from ..loader.workers import WorkerError
 from .remote import RemoteBuffer
 from .sharded_buffer import ShardedBuffer
 from .. import _checks as checks
@@ -163,7 +165,7 @@ class RayReplayLoader:
         self.restarts: list[dict[str, Any]] = []  # one record per replaced producer
         self._credit = 0.0
         self._resuming = False
-        self._pace: RateLimiter | None = None
+        self._pace: PacedPass | None = None  # the pacing of a running pass
         self._latest = np.empty(0, np.int64)
         self._meter = new_meter()
 
@@ -180,51 +182,31 @@ class RayReplayLoader:
         self._resuming = False
         if self._meter["start"] is None:
             self._meter["start"] = time.perf_counter()
-        per_example = self.rate_limiter is not None
-        limiter = self.rate_limiter or credit_limiter(self.replay_ratio, self.timeout, self._credit,
-                                                      ahead=self.window)
-        limiter.reopen()
-        self._pace, insert_wait0, meter = limiter, limiter.insert_wait, self._meter
+        pacing = PacedPass(self.rate_limiter, replay_ratio=self.replay_ratio, timeout=self.timeout,
+                           credit=self._credit, window=self.window, batch_size=self.batch_size, lock=self.lock,
+                           meter=self._meter)
+        self._pace = pacing
         pool = ActorPool(self.producers, self.method, use_item=self.source is not None)
 
         def consume(index: int, ref: Any) -> None:
-            n = self._stage(pool, index, ref)
-            if per_example:
-                limiter.check_progress(n, self.batch_size)
-            limiter.wait_insert(n if per_example else 1)
-            with self.lock:
+            def add() -> bool:
                 self._latest = self.buffer.commit(index)
                 self.step += 1
-                meter["inserted"] += n
-                limiter.record_insert(n if per_example else 1)
+                return True
+
+            pacing.insert(self._stage(pool, index, ref), add)
             del pool.tasks[index]
 
-        feed = OrderedFeed(pool, self._items(), consume, self.window, on_finish=limiter.finish_inserts).start()
-        finished = False
+        def draw() -> ReplayBatch:
+            return replay_batch(self.buffer.sample(self.batch_size), self._latest, produced=self.step)
+
         try:
-            while True:
-                began = time.perf_counter()
-                admitted = limiter.acquire_sample(self.batch_size if per_example else 1)
-                meter["learner_wait"] += time.perf_counter() - began
-                if not admitted:
-                    finished = True
-                    break
-                sample = self.buffer.sample(self.batch_size)
-                meter["sampled"] += self.batch_size
-                yield ReplayBatch(sample.data, sample.ids, sample.probabilities, sample.weights, sample.ages,
-                                  fresh=np.isin(sample.ids, self._latest), produced=self.step)
+            yield from pacing.run(pool, self._items(), consume, draw)
         finally:
-            feed.halt()
-            limiter.close()
-            feed.stop()
-            meter["producer_wait"] += feed.producer_wait + limiter.insert_wait - insert_wait0
-            if not per_example:
-                self._credit = limiter.diff
+            if pacing.credit is not None:
+                self._credit = pacing.credit
             self._pace = None
-        if feed.error is not None:
-            cause = feed.error.__cause__
-            raise cause if isinstance(cause, WorkerError) else feed.error
-        if finished:
+        if pacing.finished:
             self.step = 0
 
     def _stage(self, pool: ActorPool, index: int, ref: Any) -> int:
@@ -264,7 +246,7 @@ class RayReplayLoader:
         """A consistent checkpoint, also while producers run: the buffer (every shard), the position of the last
         batch added and the limiter's counters. Batches in flight are produced again after a resume."""
         with self.lock:
-            credit = self._credit if self._pace is None or self.rate_limiter is not None else self._pace.diff
+            credit = self._credit if self._pace is None or self._pace.credit is None else self._pace.credit
             state = {"step": self.step, "credit": credit, "buffer": self.buffer.state_dict()}
             if self.rate_limiter is not None:
                 state["rate_limiter"] = self.rate_limiter.state_dict()

@@ -11,7 +11,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from replayloader import RateLimitTimeout, ReplayBuffer, WorkerError, load_state, save_state
-from replayloader.loader import RateLimiter  # noqa: E402
+from replayloader.loader import LimiterConfigError, RateLimiter  # noqa: E402
 from replayloader.strategies import by_name  # noqa: E402
 from replayloader.ray import BufferActorDied, ProducerDied, RayReplayLoader, RemoteBuffer, ShardedBuffer  # noqa: E402
 from tests.core.helpers import assert_state_equal  # noqa: E402
@@ -102,6 +102,17 @@ def test_timeouts_name_the_side(producers):
         for _ in batches:
             pass
     ray.kill(slow[0])
+    buffer.kill()
+
+
+def test_an_error_buffer_too_small_for_the_produced_batches_is_refused_as_itself(producers):
+    """The pass `ReplayDataLoader` runs with workers (`loader.pacing`): a limiter that could block both sides
+    forever is the caller's setting, raised as the `LimiterConfigError` it is, not as a producer failure."""
+    buffer = RemoteBuffer(**buffer_args())
+    tight = RateLimiter(1.0, min_size=4, error_buffer=7.0, timeout=5)  # 8 per insert + 8 per sample needs 8
+    loader = RayReplayLoader(producers, buffer, 8, source=range(4), rate_limiter=tight)
+    with pytest.raises(LimiterConfigError, match=r"error_buffer=7 is too small for inserts of 8 and samples of 8"):
+        list(loader)
     buffer.kill()
 
 
