@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ._arrays import to_numpy
+
 _INTEGERS = (int, np.integer)
 _NUMBERS = (int, float, np.integer, np.floating)
 
@@ -57,6 +59,18 @@ def one_of(name: str, value: Any, allowed: tuple) -> Any:
     if not isinstance(value, str | int) or value not in allowed:
         raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     return value
+
+
+def index_array(name: str, value: Any, *, length: int | None = None, why: str = "") -> np.ndarray:
+    """``value`` (numpy, torch or a sequence) as a contiguous int64 array, if it is a non-empty 1-D integer array
+    (of exactly ``length`` entries when given); else a ValueError naming ``name``, the dtype and the shape it got.
+    Ids, indices and positions all pass here; their range is the caller's rule."""
+    arr = to_numpy(value, name)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.size == 0 if length is None else len(arr) != length):
+        size = "non-empty" if length is None else f"{length}-long"
+        raise ValueError(f"{name} must be a {size} 1-D integer array{f' ({why})' if why else ''}, got dtype "
+                         f"{arr.dtype} shape {arr.shape}")
+    return np.ascontiguousarray(arr, np.int64)
 
 
 def path(name: str, value: Any) -> Path:

@@ -19,6 +19,10 @@ from .kernels.tree import (
     set_leaves_checked,
 )
 
+# How a batch of k draws reads the tree's mass (`SumTree.sample`'s ``stratified``): one draw in each of k equal
+# segments, or k independent draws. The buffers and the sampler take it as their ``sampling=``.
+SAMPLINGS = ("stratified", "independent")
+
 
 def _allocate_rows(rows: int, columns: int, dtype: np.dtype) -> np.ndarray:
     """Zeroed (rows, columns) array whose rows start on a 64-byte boundary, so sibling rows share a line."""

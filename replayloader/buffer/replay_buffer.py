@@ -23,7 +23,6 @@ import numpy as np
 
 from .. import _checks as checks
 from .. import schedules
-from .._arrays import to_numpy
 from ..kernels.buffer import (
     ADDED_AT,
     BAD_VALUE,
@@ -43,7 +42,7 @@ from ..schedules import Schedule, describe, value_at
 from ..state.checks import array as state_array
 from ..state.checks import check_header, counters, field, finite_nonnegative, first_bad, integer, require, rng_words
 from ..strategies import Strategy, TreeReadView
-from ..sumtree import SumTree
+from ..sumtree import SAMPLINGS, SumTree
 from ..strategies.feedback import invalid_value, read_feedback
 from .storage import Storage
 from .._moved import renamed
@@ -123,8 +122,7 @@ class ReplayBuffer:
         checks.integer("capacity", capacity, 1)
         checks.number("alpha", alpha, 0)
         beta = schedules.check("beta", beta)
-        if sampling not in ("stratified", "independent"):
-            raise ValueError(f"sampling must be 'stratified' or 'independent', got {sampling!r}")
+        checks.one_of("sampling", sampling, SAMPLINGS)
         strategy = Strategy() if strategy is None else strategy
         if not isinstance(strategy, Strategy):
             raise TypeError(f"strategy must be a replayloader.strategies.Strategy, got {type(strategy).__name__}")
@@ -312,11 +310,7 @@ class ReplayBuffer:
         """
         if not (type(ids) is np.ndarray and ids.dtype == np.int64 and ids.ndim == 1 and ids.size
                 and ids.flags.c_contiguous):
-            ids = to_numpy(ids, "ids")
-            if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
-                raise ValueError(f"ids must be a non-empty 1-D integer array, got dtype {ids.dtype} "
-                                 f"shape {ids.shape}")
-            ids = np.ascontiguousarray(ids, np.int64)
+            ids = checks.index_array("ids", ids)
         update = self.strategy.update
         values, source = read_feedback(update, feedback, len(ids))
         self._epoch += 1

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _checks as checks
 from .._arrays import to_numpy
 from ..strategies.feedback import as_feedback_array, check_values
 from ..sampler.prioritized import PrioritizedSampler, SampledBatch
@@ -245,11 +246,7 @@ class DistributedPrioritizedSampler:
             if feedback:
                 raise ValueError(f"update(None) joins the gather without feedback, but got {sorted(feedback)}")
             return []
-        indices = to_numpy(batch.indices if isinstance(batch, SampledBatch) else batch, "indices")
-        if indices.ndim != 1 or indices.size == 0 or indices.dtype.kind not in "iu":
-            raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {indices.dtype} "
-                             f"shape {indices.shape}")
-        indices = indices.astype(np.int64)
+        indices = checks.index_array("indices", batch.indices if isinstance(batch, SampledBatch) else batch)
         bad = np.flatnonzero((indices < 0) | (indices >= self.sampler.num_examples))
         if len(bad):
             raise ValueError(f"indices must lie in [0, {self.sampler.num_examples}); indices[{bad[0]}] = "

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from .host_sync import mark_host_staging
-from .._arrays import is_torch_tensor, to_numpy
+from .. import _checks as checks
+from .._arrays import is_torch_tensor
 
 
 def _host_dtype(dtype: Any) -> Any:
@@ -71,9 +72,7 @@ class DeferredFeedback:
 
     def push(self, ids: Any, **signals: Any) -> None:
         """Start moving ``signals`` to the host and remember the call; nothing reaches the buffer yet."""
-        ids = np.array(to_numpy(ids, "ids"), copy=True)
-        if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
-            raise ValueError(f"ids must be a non-empty 1-D integer array, got dtype {ids.dtype} shape {ids.shape}")
+        ids = checks.index_array("ids", ids).copy()  # a copy: the caller may reuse its array before the flush
         if not signals:
             raise TypeError("push needs at least one feedback keyword (loss=, grad_norm=, ...)")
         staged, pinned, event = {}, [], None

@@ -27,6 +27,7 @@ from .._arrays import is_torch_tensor, to_numpy
 from .remote import RemoteBuffer, call
 from .server import Mass
 from .. import _checks as checks
+from ..sumtree import SAMPLINGS
 from ..state.checks import InvalidState, field, integer, require
 from .._moved import renamed
 
@@ -49,8 +50,7 @@ class ShardedBuffer:
         if len(configs) != 1:
             raise ValueError(f"shards must share alpha, beta and the feedback their strategy reads to sample as one "
                              f"buffer, got {sorted(configs)}")
-        if sampling not in ("stratified", "independent"):
-            raise ValueError(f"sampling must be 'stratified' or 'independent', got {sampling!r}")
+        checks.one_of("sampling", sampling, SAMPLINGS)
         self.shards = shards
         self.alpha, self.beta = shards[0].alpha, shards[0].beta
         if callable(self.beta):
@@ -148,10 +148,7 @@ class ShardedBuffer:
     def feedback(self, ids: Any, **feedback: Any) -> int:
         """Route each example's feedback to its shard; returns how many weights changed. The whole call is
         checked first (see the module docstring)."""
-        ids = to_numpy(ids, "ids")
-        if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
-            raise ValueError(f"ids must be a non-empty 1-D integer array, got dtype {ids.dtype} shape {ids.shape}")
-        ids = ids.astype(np.int64)
+        ids = checks.index_array("ids", ids)
         k, n = len(ids), len(self.shards)
         checked = {}
         first = self.shards[0]

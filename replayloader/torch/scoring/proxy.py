@@ -102,11 +102,7 @@ class ProxyScorer:
             return None
         if indices is None:
             raise ValueError("indices are needed: with irreducible losses the proxy reads each row's dataset index")
-        arr = to_numpy(indices, "indices")
-        if arr.ndim != 1 or arr.dtype.kind not in "iu" or len(arr) != count:
-            raise ValueError(f"indices must be a 1-D integer array of {count} dataset indices, got dtype {arr.dtype} "
-                             f"shape {arr.shape}")
-        arr = arr.astype(np.int64)
+        arr = checks.index_array("indices", indices, length=count, why="the rows' dataset indices")
         self.irreducible.check_indices(arr)
         return arr
 
@@ -151,11 +147,7 @@ class ProxyScorer:
         rows = batch_rows(candidates, "candidates")
         chosen = None
         if positions is not None:
-            chosen = to_numpy(positions, "positions")
-            if chosen.ndim != 1 or chosen.dtype.kind not in "iu" or len(chosen) == 0:
-                raise ValueError(f"positions must be a non-empty 1-D integer array (rows of candidates), got dtype "
-                                 f"{chosen.dtype} shape {chosen.shape}")
-            chosen = chosen.astype(np.int64)
+            chosen = checks.index_array("positions", positions, why="rows of candidates")
             out = np.flatnonzero((chosen < 0) | (chosen >= (rows if rows is not None else np.iinfo(np.int64).max)))
             if len(out):
                 raise ValueError(f"positions must lie in [0, {rows}) (rows of candidates); positions[{out[0]}] = "
