@@ -39,7 +39,7 @@ def one_torch_thread():
 _RAY = ("ray/",)
 _DISTRIBUTED = ("distributed/", "mixing/test_distributed.py", "prompts/test_distributed.py",
                 "prompts/test_trl_distributed.py", "selection/test_ddp.py", "electra/test_distributed.py")
-_SLOW = ("electra/", "gpu/", "test_examples.py", "test_experiments.py", "test_wheel.py", "test_user_examples.py",
+_SLOW = ("electra/", "gpu/", "test_examples.py", "test_experiments.py", "test_wheel.py",
          "test_reproduce_tmr_records.py", "test_minatar.py", "test_gpu_check.py", "test_run_queue.py",
          "test_selection_torch.py", "test_readme.py", "test_readme_sampler.py", "sb3/test_cartpole_per.py",
          "sb3/test_minatar_driver.py", "sb3/test_sb3_seconds.py", "sb3/test_algorithms.py",
