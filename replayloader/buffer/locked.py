@@ -15,17 +15,19 @@ from typing import Any
 
 import numpy as np
 
-from .replay_buffer import ReplayBuffer, Sample
+from .protocol import FillableBufferLike
+from .replay_buffer import Sample
 from .._moved import renamed
 
 
 class LockedBuffer:
     """Thread-safe facade over a `ReplayBuffer` (same methods, each under ``self.lock``, a new `threading.RLock`
-    unless one is given)."""
+    unless one is given). Any `FillableBufferLike` can be wrapped: the facade needs the methods, not the class."""
 
-    def __init__(self, buffer: ReplayBuffer, lock: Any = None) -> None:
-        if not isinstance(buffer, ReplayBuffer):
-            raise TypeError(f"buffer must be a ReplayBuffer, got {type(buffer).__name__}")
+    def __init__(self, buffer: FillableBufferLike, lock: Any = None) -> None:
+        if not isinstance(buffer, FillableBufferLike):
+            raise TypeError(f"buffer must be a ReplayBuffer or another FillableBufferLike (add, sample, feedback, "
+                            f"stats, state_dict, load_state_dict, len, capacity), got {type(buffer).__name__}")
         self.buffer = buffer
         self.lock = threading.RLock() if lock is None else lock
 

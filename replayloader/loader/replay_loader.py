@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ..buffer.replay_buffer import ReplayBuffer, Sample
+from ..buffer.protocol import FillableBufferLike
+from ..buffer.replay_buffer import Sample
 from .deferred import DeferredFeedback
 from ..buffer.locked import LockedBuffer
 from .pacing import PacedPass
@@ -58,7 +59,7 @@ class ReplayDataLoader:
     Args:
         producer: ``producer(item)`` (with a source) or ``producer()`` (without) returning a mapping of
             examples, or a tuple ``(examples, aux)``.
-        buffer: the `ReplayBuffer` to fill and sample from.
+        buffer: the `ReplayBuffer` to fill and sample from (or any `FillableBufferLike`).
         batch_size: examples per yielded batch.
         replay_ratio: sampled batches per produced batch (> 0; may be fractional).
         source: optional iterable feeding the producer (e.g. a torch DataLoader); iteration ends with it.
@@ -85,7 +86,7 @@ class ReplayDataLoader:
             reported one step later.
     """
 
-    def __init__(self, producer: Callable[..., Any], buffer: ReplayBuffer, batch_size: int, *,
+    def __init__(self, producer: Callable[..., Any], buffer: FillableBufferLike, batch_size: int, *,
                  replay_ratio: float = 1, source: Iterable | None = None, steps: int | None = None,
                  min_size: int = 0, workers: int = 0, worker_kind: str = "thread", window: int | None = None,
                  rate_limiter: RateLimiter | None = None, timeout: float = 60.0,
@@ -93,8 +94,9 @@ class ReplayDataLoader:
         window = _renamed("queue_size", queue_size, "window", window)
         if not callable(producer):
             raise TypeError(f"producer must be callable, got {type(producer).__name__}")
-        if not isinstance(buffer, ReplayBuffer):
-            raise TypeError(f"buffer must be a ReplayBuffer, got {type(buffer).__name__}")
+        if not isinstance(buffer, FillableBufferLike):  # the methods it calls, not a class (a LockedBuffer, yours)
+            raise TypeError(f"buffer must be a ReplayBuffer or another FillableBufferLike (add, sample, feedback, "
+                            f"stats, state_dict, load_state_dict, len, capacity), got {type(buffer).__name__}")
         checks.integer("batch_size", batch_size, 1)
         checks.number("replay_ratio", replay_ratio, 0, low_open=True)
         checks.optional_integer("steps", steps, 0)

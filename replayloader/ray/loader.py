@@ -30,8 +30,7 @@ from ..loader.pacing import PacedPass
 from ..loader.rate_limiter import RateLimiter
 from ..loader.replay_loader import ReplayBatch, checked_position, meter_report, new_meter, replay_batch
 from ..loader.workers import WorkerError
-from .remote import RemoteBuffer
-from .sharded_buffer import ShardedBuffer
+from .protocol import StagingBufferLike
 from .. import _checks as checks
 
 
@@ -115,7 +114,7 @@ class RayReplayLoader:
     Args:
         producers: Ray actor handles; each call of ``method`` returns a mapping of examples, or ``(mapping,
             weight)`` with one initial weight per example (Ape-X: priorities computed by the actor).
-        buffer: a `RemoteBuffer` or `ShardedBuffer`.
+        buffer: a `RemoteBuffer` or `ShardedBuffer` (any `StagingBufferLike`).
         batch_size: examples per yielded batch.
         method: the producers' method to call, with the next item of ``source`` or without arguments.
         source: optional iterable of items (a re-iterable one, e.g. a list or range, for exact resumes).
@@ -127,7 +126,7 @@ class RayReplayLoader:
         restart: ``restart(i) -> handle`` replaces producer i when its actor dies; None raises `ProducerDied`.
     """
 
-    def __init__(self, producers: Sequence[Any], buffer: RemoteBuffer | ShardedBuffer, batch_size: int, *,
+    def __init__(self, producers: Sequence[Any], buffer: StagingBufferLike, batch_size: int, *,
                  method: str = "produce", source: Iterable | None = None, steps: int | None = None,
                  replay_ratio: float = 1.0, rate_limiter: RateLimiter | None = None, window: int | None = None,
                  timeout: float = 60.0, restart: Callable[[int], Any] | None = None) -> None:
@@ -138,8 +137,10 @@ class RayReplayLoader:
             if not isinstance(producer, ray.actor.ActorHandle) or not hasattr(producer, method):
                 raise TypeError(f"producers[{i}] must be a Ray actor handle with a method {method!r}, got "
                                 f"{producer!r}")
-        if not isinstance(buffer, (RemoteBuffer, ShardedBuffer)):
-            raise TypeError(f"buffer must be a RemoteBuffer or ShardedBuffer, got {type(buffer).__name__}")
+        if not isinstance(buffer, StagingBufferLike):  # the methods it calls, not a list of classes
+            raise TypeError(f"buffer must be a RemoteBuffer, a ShardedBuffer or another StagingBufferLike (stage, "
+                            f"commit, sample, feedback, state_dict, load_state_dict, len), got "
+                            f"{type(buffer).__name__}")
         checks.integer("batch_size", batch_size, 1)
         if source is None and steps is None:
             raise ValueError("give a source iterable or a number of steps, or the loader would never end")

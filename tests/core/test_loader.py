@@ -85,3 +85,20 @@ def test_batches_report_sample_ages_in_adds():
         # example x was produced by add number x // 4 (4 per produce), so its age is step - 1 - x // 4
         np.testing.assert_array_equal(batch.ages, batch.produced - 1 - batch.data["x"] // 4)
         assert (batch.ages == 0).tolist() == batch.fresh.tolist()
+
+
+def test_the_loader_and_the_lock_take_any_fillable_buffer_by_its_methods_not_its_class():
+    """`FillableBufferLike` (add, sample, feedback, stats, state_dict, load_state_dict, len, capacity) is what
+    `LockedBuffer` and `ReplayDataLoader` check: a `LockedBuffer` itself qualifies, and runs as the buffer does."""
+    from replayloader.buffer import FillableBufferLike, LockedBuffer
+
+    locked = LockedBuffer(ReplayBuffer(16, seed=0))
+    assert isinstance(locked, FillableBufferLike) and isinstance(LockedBuffer(locked).buffer, LockedBuffer)
+    through_lock = list(ReplayDataLoader(counter_producer(), locked, batch_size=4, steps=3))
+    direct = list(ReplayDataLoader(counter_producer(), ReplayBuffer(16, seed=0), batch_size=4, steps=3))
+    for a, b in zip(through_lock, direct, strict=True):
+        np.testing.assert_array_equal(a.ids, b.ids)
+        np.testing.assert_array_equal(a.fresh, b.fresh)
+    for wrap in (LockedBuffer, lambda buffer: ReplayDataLoader(counter_producer(), buffer, batch_size=4, steps=1)):
+        with pytest.raises(TypeError, match=r"buffer must be a ReplayBuffer or another FillableBufferLike .*got dict"):
+            wrap({})

@@ -116,6 +116,18 @@ def test_an_error_buffer_too_small_for_the_produced_batches_is_refused_as_itself
     buffer.kill()
 
 
+def test_the_loader_takes_a_buffer_by_its_methods(producers):
+    """`StagingBufferLike` (stage, commit, and `BufferLike`'s sample, feedback, checkpoints, len) is what the loader
+    checks: both Ray buffers qualify, a local `ReplayBuffer` (no staging) is refused naming the protocol."""
+    from replayloader.ray import StagingBufferLike
+
+    buffer = RemoteBuffer(**buffer_args())
+    assert isinstance(buffer, StagingBufferLike) and isinstance(ShardedBuffer([buffer]), StagingBufferLike)
+    with pytest.raises(TypeError, match="buffer must be a RemoteBuffer, a ShardedBuffer or another StagingBufferLike"):
+        RayReplayLoader(producers, ReplayBuffer(**buffer_args()), 8, steps=1)
+    buffer.kill()
+
+
 def test_dead_producer_is_reported_or_restarted_without_loss(producers):
     buffer = RemoteBuffer(**buffer_args())
     empty = buffer.state_dict()
