@@ -213,10 +213,7 @@ class SelectionSwitch(WrappedSelector):
         else:
             raise TypeError(f"candidates must be a drawn batch (with indices) or an array of dataset indices, got "
                             f"{type(candidates).__name__}")
-        if indices.ndim != 1 or indices.size == 0 or indices.dtype.kind not in "iu":
-            raise ValueError(f"candidates' indices must be a non-empty 1-D integer array, got dtype {indices.dtype} "
-                             f"shape {indices.shape}")
-        indices = np.ascontiguousarray(indices, np.int64)
+        indices = checks.index_array("candidates' indices", indices)
         n = len(indices)
         rows = min(self.rule.k, n) if rows is None else checks.integer("rows", rows, 1, n)
         if weights is not None:
