@@ -1,7 +1,8 @@
 """The Numba layer: compiled kernels over plain arrays, with no policy and no validation.
 
 `tree` (sum tree and min trees in one node array), `minselect` (the k lowest keys), `rng` (xoshiro256++ inside
-kernels) and `buffer` (one call's bookkeeping for add / sample / update). The classes in the package above
+kernels, and permutations drawn from it), `buffer` (one call's bookkeeping for add / sample / update), `sampler`
+and `mixing` (the same for `PrioritizedSampler` and `MixtureSampler`). The classes in the package above
 own the arrays and check every input before a kernel sees it. Strategy rules are not here: each strategy part
 keeps its own kernel next to its Python form (`replayloader.strategies`).
 

@@ -48,3 +48,66 @@ def uniforms(state: np.ndarray, k: int) -> np.ndarray:
     fill_uniforms(state, out)
     return out
 
+
+
+_RADIX_BITS = 11  # 5 passes cover a uniform's 53 bits
+_SMALL = 32  # below this many keys an insertion sort beats the radix passes' bucket sweeps
+
+
+@njit(cache=True, nogil=True)
+def fill_permutation(state, out):
+    """Fill `out` with a random permutation of 0 .. len(out) - 1 and advance `state` past len(out) uniforms:
+    the stable argsort of those uniforms, bit for bit what ``np.argsort(uniforms(state, n), kind="stable")``
+    gives (a stable sort has one answer), in O(n).
+
+    Why not that numpy call: it sorts n doubles by comparison, and a shuffled pass over n examples pays it once
+    per pass, so per example drawn. A uniform is ``r / 2**53`` for a 53-bit integer r (`fill_uniforms`), so
+    ordering the uniforms is ordering the r's, which a least-significant-digit radix sort does stably in five
+    passes of 11 bits."""
+    n = out.shape[0]
+    u = np.empty(n, np.float64)
+    fill_uniforms(state, u)
+    keys = np.empty(n, np.int64)
+    for j in range(n):
+        keys[j] = np.int64(u[j] * 9007199254740992.0)  # exact: u = r * 2**-53
+        out[j] = j
+    if n < _SMALL:  # a stable insertion sort
+        for j in range(1, n):
+            key, at = keys[j], out[j]
+            i = j - 1
+            while i >= 0 and keys[i] > key:
+                keys[i + 1] = keys[i]
+                out[i + 1] = out[i]
+                i -= 1
+            keys[i + 1] = key
+            out[i + 1] = at
+        return
+    buckets = 1 << _RADIX_BITS
+    order = out.copy()
+    keys_to = np.empty(n, np.int64)
+    order_to = np.empty(n, np.int64)
+    starts = np.empty(buckets, np.int64)
+    for shift in range(0, 53, _RADIX_BITS):
+        starts[:] = 0
+        for j in range(n):
+            starts[(keys[j] >> shift) & (buckets - 1)] += 1
+        acc = 0
+        for d in range(buckets):
+            c = starts[d]
+            starts[d] = acc
+            acc += c
+        for j in range(n):  # in order within a bucket: the pass is stable
+            d = (keys[j] >> shift) & (buckets - 1)
+            keys_to[starts[d]] = keys[j]
+            order_to[starts[d]] = order[j]
+            starts[d] += 1
+        keys, keys_to = keys_to, keys
+        order, order_to = order_to, order
+    out[:] = order
+
+
+def permutation(state: np.ndarray, n: int) -> np.ndarray:
+    """A random permutation of 0 .. n - 1 from `state` (advanced past n uniforms); see `fill_permutation`."""
+    out = np.empty(n, np.int64)
+    fill_permutation(state, out)
+    return out

@@ -98,9 +98,10 @@ def losses_and_counts(rule: Any, source_losses: Any, source_counts: Any) -> tupl
     if losses.shape != (k,) or counts.shape != (k,):
         raise ValueError(f"source_losses and source_counts must have shape ({k},), got {losses.shape} and "
                          f"{counts.shape}")
-    if counts.dtype.kind not in "iu" or (counts < 0).any() or not counts.any():
+    if counts.dtype.kind not in "iu" or counts.min() < 0 or counts.max() == 0:
         raise ValueError(f"source_counts must be integers >= 0, at least one > 0, got {counts.tolist()}")
-    checks.all_finite("source_losses", losses)
+    if not np.isfinite(losses.sum()):  # once a step: one reduction; the entry is named only when one is bad
+        checks.all_finite("source_losses", losses)
     return losses, counts.astype(np.int64)
 
 

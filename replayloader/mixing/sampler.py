@@ -17,6 +17,11 @@ Feedback (`feedback(batch, loss=...)`) maps each index to its source and gives t
 mean loss and count; with ``within="prioritized"`` the losses also go to each source's `PrioritizedSampler`.
 All arguments are checked before anything changes.
 
+What a step costs: a few compiled passes over the batch (`kernels.mixing`: the slots' sources, the examples each
+source hands out, the feedback's checks and per-source sums) and, with ``within="prioritized"``, one call per
+source into its `PrioritizedSampler` each way, never one per example; ``python bench/hot_paths.py`` times it beside
+torch's ``RandomSampler``. Those passes make the very draws the numpy forms made (tests/mixing/test_reference.py).
+
 Every random number comes from the sampler's own generator (`kernels.rng`), whose four words are checkpointed, so
 `state_dict` / `load_state_dict` resume the identical stream, also in the middle of a source's pass. The stream
 does not depend on how many processes consume it: DDP ranks draw the same global batch and take their slice
@@ -36,7 +41,9 @@ import numpy as np
 from .. import _checks as checks
 from .._moved import keyword_only, renamed_method
 from .._arrays import to_numpy
-from ..kernels.rng import seed_state, uniforms
+from ..kernels.mixing import (BAD_LOSS, draw_sources, feedback_sums, order_by_source, place_draws, reshuffle,
+                               take_uniform)
+from ..kernels.rng import seed_state
 from ..sampler.prioritized import PrioritizedSampler
 from ..state.atomic import sha256_bytes
 from ..state.checks import InvalidState, array, check_header, field, integer, require, rng_words
@@ -77,46 +84,40 @@ class MixtureBatch:
         return MixtureBatch(self.indices[part], self.sources[part], self.mixture, self.step)
 
 
-def source_slots(rng: np.ndarray, weights: np.ndarray, batch_size: int) -> np.ndarray:
-    """The source of each of ``batch_size`` slots, drawn independently from ``weights`` (inverse CDF of one
-    uniform each, so the counts are multinomial). A source of weight 0 is never drawn."""
-    cdf = np.cumsum(weights)
-    cdf /= cdf[-1]
-    slots = np.searchsorted(cdf, uniforms(rng, batch_size), side="right")
-    return np.minimum(slots, len(weights) - 1).astype(np.int64)
-
-
 def checked_weights(rule: Any, num_sources: int) -> np.ndarray:
-    """The rule's weights, checked (a rule is user code): K finite numbers >= 0 summing to 1 (within 1e-6)."""
-    w = np.asarray(rule.weights(), dtype=np.float64)
-    if w.shape != (num_sources,) or not np.isfinite(w).all() or (w < 0).any() or abs(w.sum() - 1.0) > 1e-6:
+    """The rule's weights, checked (a rule is user code): K finite numbers >= 0 summing to 1 (within 1e-6).
+    (A NaN fails ``min >= 0``, an infinity fails the sum: two reductions say it all.)"""
+    w = np.ascontiguousarray(rule.weights(), dtype=np.float64)
+    if w.shape != (num_sources,) or not (w.min() >= 0 and abs(w.sum() - 1.0) <= 1e-6):
         raise ValueError(f"{type(rule).__name__}.weights() must return {num_sources} finite numbers >= 0 summing "
                          f"to 1, got {w.tolist()}")
     return w
 
 
-def per_source(sources: np.ndarray, losses: np.ndarray, num_sources: int) -> tuple[np.ndarray, np.ndarray]:
-    """Mean loss and count per source (mean 0.0 where the count is 0): what a rule's `feedback` takes."""
-    counts = np.bincount(sources, minlength=num_sources).astype(np.int64)
-    sums = np.bincount(sources, weights=losses, minlength=num_sources)
-    means = np.divide(sums, counts, out=np.zeros(num_sources), where=counts > 0)
-    return means, counts
-
-
-def check_losses(losses: Any, shape: tuple) -> np.ndarray:
-    """Per-example training losses (numpy or torch) as float64 of ``shape``, every one finite and >= 0; else a
-    ValueError naming ``loss`` (the feedback keyword). One rule whatever draws inside the sources: a training loss is never
-    negative, and a negative one would turn into a negative reward (or priority) without a word."""
+def loss_array(losses: Any, shape: tuple) -> np.ndarray:
+    """Per-example training losses (numpy or torch) as contiguous float64 of ``shape``; else a ValueError naming
+    ``loss`` (the feedback keyword). Their values are checked by `check_losses` or, with the indices, in one
+    pass by `MixtureSampler.feedback`."""
     values = to_numpy(losses, "loss")
     if values.shape != shape:
         raise ValueError(f"loss must have shape {shape} to match indices, got {values.shape}")
     if values.dtype.kind not in "fiu":
         raise ValueError(f"loss must be numbers, got dtype {values.dtype}")
-    values = np.ascontiguousarray(values, np.float64)
-    bad = np.flatnonzero(~np.isfinite(values) | (values < 0))
-    if len(bad):
-        raise ValueError(f"loss must be finite and >= 0 (training losses); loss[{bad[0]}] = "
-                         f"{float(values[bad[0]])!r}")
+    return np.ascontiguousarray(values, np.float64)
+
+
+def refuse_loss(values: np.ndarray, j: int) -> None:
+    """The error of a loss that is not finite or negative (``values[j]``)."""
+    raise ValueError(f"loss must be finite and >= 0 (training losses); loss[{j}] = {float(values[j])!r}")
+
+
+def check_losses(losses: Any, shape: tuple) -> np.ndarray:
+    """Per-example training losses (numpy or torch) as float64 of ``shape``, every one finite and >= 0; else a
+    ValueError naming ``loss`` (the feedback keyword). One rule whatever draws inside the sources: a training
+    loss is never negative, and a negative one would turn into a negative reward (or priority) without a word."""
+    values = loss_array(losses, shape)
+    if values.size and not (values.min() >= 0 and np.isfinite(values.max())):  # NaN fails the first, inf the second
+        refuse_loss(values, int(np.flatnonzero(~np.isfinite(values) | (values < 0))[0]))
     return values
 
 
@@ -167,19 +168,25 @@ class SourceMixer:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "a") as f:
                 f.write(line + "\n")
-        sources = source_slots(self.rng_state, weights, self.batch_size)
-        self.counts["drawn"] += np.bincount(sources, minlength=self.num_sources)
+        sources = np.empty(self.batch_size, np.int64)
+        draw_sources(self.rng_state, weights, sources, self.counts["drawn"])
         step = self.step
         self.step += 1
         return sources, weights, step
 
     def feedback_sources(self, sources: np.ndarray, values: np.ndarray) -> None:
-        """One feedback step from checked per-example sources and losses: the rule first (it checks its own
-        arguments before it changes), then the counters."""
-        means, counts = per_source(sources, values, self.num_sources)
+        """One feedback step from checked per-example sources and losses (see `feedback_sums`)."""
+        counts = np.bincount(sources, minlength=self.num_sources).astype(np.int64)
+        sums = np.bincount(sources, weights=values, minlength=self.num_sources)
+        self.feedback_sums(counts, sums, np.divide(sums, counts, out=np.zeros(self.num_sources), where=counts > 0))
+
+    def feedback_sums(self, counts: np.ndarray, sums: np.ndarray, means: np.ndarray) -> None:
+        """One feedback step from each source's count of examples, sum of their (checked) losses and mean loss
+        (0.0 where the count is 0): the rule gets the means and counts first (it checks its own arguments
+        before it changes), then the counters."""
         self.rule.feedback(means, counts)
         self.counts["fed_back"] += counts
-        self.loss_sums += np.bincount(sources, weights=values, minlength=self.num_sources)
+        self.loss_sums += sums
         self.feedback_calls += 1
 
     def estimates(self) -> dict[str, np.ndarray]:
@@ -346,8 +353,7 @@ class MixtureSampler:
         return sampler
 
     def _reshuffle(self, k: int) -> None:
-        start, stop = self.offsets[k], self.offsets[k + 1]
-        self.order[start:stop] = np.argsort(uniforms(self.mixer.rng_state, int(stop - start)), kind="stable")
+        reshuffle(self.mixer.rng_state, self.order, self.offsets[k], self.offsets[k + 1])
         self.cursor[k] = 0
         self.passes[k] += 1
 
@@ -360,61 +366,86 @@ class MixtureSampler:
         """The next global batch (see the module doc)."""
         sources, weights, step = self.mixer.next_sources()
         indices = np.empty(len(sources), np.int64)
-        for k in np.unique(sources):
-            slots = np.flatnonzero(sources == k)
-            indices[slots] = self.members[self.offsets[k] + self._take(int(k), len(slots))]
-        self.drawn[indices] = True
+        if self.within == "uniform":
+            # source by source (ascending), the next examples of its permutation to its slots in slot order
+            take_uniform(self.mixer.rng_state, sources, self.order, self.offsets, self.cursor, self.passes,
+                         self.members, self.drawn, indices)
+        else:
+            self._take_prioritized(sources, indices)
         return MixtureBatch(indices, sources, weights, step)
 
     draw = renamed_method("next_batch")  # 1.0's name, deprecated in 1.1
 
-    def _take(self, k: int, count: int) -> np.ndarray:
-        """``count`` positions inside source k."""
-        if self.within == "prioritized":
-            sampler = self.samplers[k]
-            return np.array([sampler.next_batch().indices[0] for _ in range(count)], np.int64)
-        taken = []
-        while count:
-            if self.cursor[k] == self.sizes[k]:
-                self._reshuffle(k)
-            start = self.offsets[k] + self.cursor[k]
-            n = min(count, int(self.sizes[k] - self.cursor[k]))
-            taken.append(self.order[start:start + n].copy())  # a reshuffle below rewrites the segment
-            self.cursor[k] += n
-            count -= n
-        return np.concatenate(taken)
+    def _take_prioritized(self, sources: np.ndarray, out: np.ndarray) -> None:
+        """Each source's `PrioritizedSampler` draws as many indices as slots picked it, in one call per source
+        (ascending; each source has its own generator), handed to its slots in slot order."""
+        order, counts = np.empty(len(sources), np.int64), np.zeros(self.num_sources, np.int64)
+        order_by_source(sources, counts, order)
+        local = np.empty(len(sources), np.int64)
+        start = 0
+        for k in np.flatnonzero(counts).tolist():
+            stop = start + int(counts[k])
+            self.samplers[k]._single_draws(local[start:stop])
+            start = stop
+        place_draws(sources, order, local, self.offsets, self.members, self.drawn, out)
 
     # ------------------------------------------------------------------ feedback
-    def check_feedback(self, batch: Any, loss: Any) -> tuple[np.ndarray, np.ndarray]:
-        """`feedback`'s checks alone: (indices, losses) as int64 / float64 arrays, or the error it would raise."""
+    def _checked(self, batch: Any, loss: Any) -> tuple[np.ndarray, ...]:
+        """`feedback`'s checks, in one pass where it can: (indices, losses, and per source: count, loss sum,
+        mean loss), or the error it would raise."""
         idx = to_numpy(batch.indices if isinstance(batch, MixtureBatch) else batch, "indices")
         if idx.ndim != 1 or idx.size == 0 or idx.dtype.kind not in "iu":
             raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {idx.dtype} shape {idx.shape}")
-        idx = idx.astype(np.int64)
+        idx = np.ascontiguousarray(idx, np.int64)
+        try:
+            values = loss_array(loss, idx.shape)
+        except (ValueError, TypeError):
+            self._check_indices(idx)  # an index error comes first
+            raise
+        k = self.num_sources
+        counts, sums, means = np.zeros(k, np.int64), np.zeros(k), np.zeros(k)
+        bad, why = feedback_sums(idx, values, self.drawn, self.source_of, counts, sums, means)
+        if bad >= 0:
+            if why == BAD_LOSS:
+                refuse_loss(values, bad)
+            self._check_indices(idx)
+        return idx, values, counts, sums, means
+
+    def _check_indices(self, idx: np.ndarray) -> None:
+        """The errors of indices out of range or never drawn, if any."""
         bad = np.flatnonzero((idx < 0) | (idx >= self.num_examples))
         if len(bad):
             raise ValueError(f"indices must lie in [0, {self.num_examples}); indices[{bad[0]}] = {idx[bad[0]]}")
         never = np.flatnonzero(~self.drawn[idx])
         if len(never):
             raise ValueError(f"indices[{never[0]}] = {idx[never[0]]} was never drawn by this sampler")
-        return idx, check_losses(loss, idx.shape)
+
+    def check_feedback(self, batch: Any, loss: Any) -> tuple[np.ndarray, np.ndarray]:
+        """`feedback`'s checks alone: (indices, losses) as int64 / float64 arrays, or the error it would raise."""
+        return self._checked(batch, loss)[:2]
 
     @keyword_only("loss", renamed={"indices": "batch", "losses": "loss"})
     def feedback(self, batch: Any, *, loss: Any) -> None:
         """Per-example training losses (``loss``) for a `MixtureBatch` this sampler drew, or for indices it drew
         (numpy or torch, any device). 1.0's ``feedback(indices, losses)`` still works for one release, with a
         DeprecationWarning. The rule gets one step: per source, the mean loss and count;
-        with ``within="prioritized"`` each source's `PrioritizedSampler` gets its examples' losses (``loss=``).
+        with ``within="prioritized"`` each source's `PrioritizedSampler` gets its examples' losses (``loss=``),
+        one call per source.
 
         Raises a ValueError naming the argument (shape mismatch, a non-finite or negative loss, an index out of
         range or never drawn), and then nothing has changed.
         """
-        idx, values = self.check_feedback(batch, loss)
-        sources = self.source_of[idx]
-        self.mixer.feedback_sources(sources, values)  # the rule checks its arguments before it changes
-        for k in np.flatnonzero(np.bincount(sources, minlength=self.num_sources)) if self.samplers else ():
-            mine = sources == k  # checked above: in range, drawn (so handed out by this source), finite, >= 0
-            self.samplers[k].feedback(self.local_of[idx[mine]], loss=values[mine])
+        idx, values, counts, sums, means = self._checked(batch, loss)
+        self.mixer.feedback_sums(counts, sums, means)  # the rule checks its arguments before it changes
+        if self.samplers:  # checked above: in range, drawn (so handed out by their source), finite, >= 0
+            order = np.empty(len(idx), np.int64)
+            order_by_source(self.source_of[idx], np.zeros(self.num_sources, np.int64), order)
+            local, ordered = self.local_of[idx[order]], values[order]  # each source's examples, in the order given
+            start = 0
+            for k in np.flatnonzero(counts).tolist():
+                stop = start + int(counts[k])
+                self.samplers[k].feedback(local[start:stop], loss=ordered[start:stop])
+                start = stop
 
     # ------------------------------------------------------------------ introspection, checkpoint
     def stats(self) -> dict[str, Any]:

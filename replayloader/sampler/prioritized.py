@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels.rng import seed_state, uniforms
+from ..kernels.rng import permutation, seed_state, uniforms
 from ..strategies.feedback import check_values, read_feedback
-from ..kernels.buffer import tree_priorities
-from ..kernels.sampler import OUT_OF_RANGE, resolve_feedback
+from ..kernels.sampler import OUT_OF_RANGE, apply_feedback, prioritized_draws, resolve_feedback, write_floored
 from ..state.checks import array, counters, field, finite_nonnegative, integer, require, rng_words, check_header
 from .._arrays import to_numpy
 from ..strategies import Initializer, LossValue, MeanWeight, WeightUpdate
@@ -155,11 +154,12 @@ class PrioritizedSampler:
     def _set_weights(self, indices: np.ndarray, weights: np.ndarray | float) -> None:
         # One weight each, even when the initializer gave one number for all, and w^alpha by the buffer's own
         # kernel: a restored tree, rebuilt from per-index weights, then holds the very same priorities.
-        if not (type(weights) is np.ndarray and weights.dtype == np.float64 and weights.shape == np.shape(indices)):
-            weights = np.broadcast_to(np.asarray(weights, np.float64), np.shape(indices))
-        weights = np.maximum(weights, self.floor)
-        self.weights[indices] = weights
-        self.tree.set(indices, tree_priorities(weights, self.alpha, self.tree.nodes))
+        indices = np.ascontiguousarray(indices, np.int64).reshape(-1)
+        if len(indices) and (indices.min() < 0 or indices.max() >= self.num_examples):  # an initializer's answer
+            raise IndexError(f"weights set for indices outside [0, {self.num_examples}): {indices.min()} .. "
+                             f"{indices.max()}")
+        weights = np.ascontiguousarray(np.broadcast_to(np.asarray(weights, np.float64), indices.shape))
+        write_floored(self.tree.nodes, self.tree.layout, self.weights, self.alpha, self.floor, indices, weights)
 
     def _score_unmeasured(self) -> None:
         """Examples without feedback get the initializer's current weight (e.g. the mean measured weight)."""
@@ -201,36 +201,75 @@ class PrioritizedSampler:
             indices, probabilities, weights = self._warmup_batch()
         else:
             indices, probabilities, weights = self._prioritized_batch()
+        self._count_drawn(indices, epoch, 1)
+        return SampledBatch(indices, probabilities, weights, epoch, step)
+
+    def _count_drawn(self, indices: np.ndarray, epoch: int, batches: int) -> None:
+        """The bookkeeping of ``batches`` batches drawn in ``epoch`` (``indices``, all of them); when they end
+        the epoch, the next one begins: the warm-up order is dropped and unmeasured examples are rescored."""
         self.last_drawn_epoch[indices] = epoch
         self.counters["drawn"] += len(indices)
-        self.step += 1
-        self.position += 1
+        self.step += batches
+        self.position += batches
         if self.position == len(self):
             self.position = 0
             self.epoch += 1
             self.order = np.empty(0, np.int64)
             self._score_unmeasured()
-        return SampledBatch(indices, probabilities, weights, epoch, step)
+
+    def _single_draws(self, out: np.ndarray) -> None:
+        """Fill ``out`` with the indices of the next ``len(out)`` batches of a sampler whose batch_size is 1, in
+        one call: the same indices in the same order, and the same state after, as that many calls of
+        `next_batch` (without their records: `MixtureSampler`, which keeps one such sampler per source and sets
+        no beta, needs the indices only; tests/core/test_single_draws.py holds the two forms equal).
+
+        Why it can take an epoch's draws together: inside an epoch nothing changes the weights (feedback comes
+        between calls, and the epoch's end is where unmeasured examples are rescored), so the draws of one
+        epoch are the warm-up order's next entries, or one descent of the tree for all of them."""
+        if self.batch_size != 1:
+            raise ValueError(f"single draws need a sampler with batch_size=1, this one has {self.batch_size}")
+        count, done = len(out), 0
+        while done < count:
+            epoch, m = self.epoch, min(count - done, self.num_examples - self.position)  # draws left in the epoch
+            if self.in_warmup:
+                if self.position == 0:
+                    self.order = self._warmup_order()
+                part = self.order[self.position:self.position + m]
+            else:
+                # draw j of one index reads two uniforms, [is it uniform?, where], as a batch of one does (and
+                # a batch of one is not stratified: its one segment is the whole mass)
+                part = self._prioritized_indices(uniforms(self.rng_state, 2 * m), pairs=True, stratified=False)
+            out[done:done + m] = part
+            self._count_drawn(part, epoch, m)
+            done += m
+
+    def _warmup_order(self) -> np.ndarray:
+        """The warm-up pass's permutation of the N indices (drawn at the pass's start)."""
+        return permutation(self.rng_state, self.num_examples)
 
     def _warmup_batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self.position == 0:
-            self.order = np.argsort(uniforms(self.rng_state, self.num_examples), kind="stable")
+            self.order = self._warmup_order()
         start = self.position * self.batch_size
         indices = self.order[start: start + self.batch_size].copy()
         k = len(indices)
         return indices, np.full(k, 1.0 / self.num_examples), np.ones(k)
 
+    def _prioritized_indices(self, u: np.ndarray, *, pairs: bool, stratified: bool) -> np.ndarray:
+        """One index per pair of uniforms of ``u`` (see `kernels.sampler.prioritized_draws`): uniformly over the
+        N indices with probability uniform_fraction, else from the tree (stratified over its draws or not)."""
+        indices = np.empty(len(u) // 2, np.int64)
+        n_uniform = prioritized_draws(u, pairs, self.tree.nodes, self.tree.n_leaves, self.uniform_fraction,
+                                      self.num_examples, stratified, indices)
+        if n_uniform < 0:
+            raise ValueError("cannot sample: the total priority is 0")
+        self.counters["uniform_draws"] += n_uniform
+        return indices
+
     def _prioritized_batch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         k = self.batch_size
-        u = uniforms(self.rng_state, 2 * k)
-        is_uniform = u[:k] < self.uniform_fraction
-        indices = np.empty(k, np.int64)
-        n_uniform = int(is_uniform.sum())
-        indices[is_uniform] = np.minimum((u[k:][is_uniform] * self.num_examples).astype(np.int64),
-                                         self.num_examples - 1)
-        if n_uniform < k:
-            indices[~is_uniform] = self.tree.sample(u[k:][~is_uniform], self.sampling == "stratified")
-        self.counters["uniform_draws"] += n_uniform
+        indices = self._prioritized_indices(uniforms(self.rng_state, 2 * k), pairs=False,
+                                            stratified=self.sampling == "stratified")
         probabilities = self.probabilities(indices)
         beta = self.current_beta()
         if beta is None:
@@ -257,26 +296,38 @@ class PrioritizedSampler:
         values, source = read_feedback(self.update_rule, feedback, len(indices), "indices")
         if values is not None:
             check_values(source, values)
-        bad, why, positions, stale = resolve_feedback(indices, self.last_drawn_epoch, epoch, self._seen)
+        positions = np.empty(len(indices), np.int64)
+        bad, why, kept, stale = resolve_feedback(indices, self.last_drawn_epoch, epoch, self._seen, positions)
         if bad >= 0:
             if why == OUT_OF_RANGE:
                 raise ValueError(f"indices must lie in [0, {self.num_examples}); indices[{bad}] = {indices[bad]}")
             raise ValueError(f"indices[{bad}] = {indices[bad]} was never handed out by this sampler")
         # Everything is validated: from here on the sampler changes.
         self.counters["stale_feedback"] += stale
-        if values is None or len(positions) == 0:
+        if values is None or kept == 0:
             return 0
+        positions = positions[:kept]
         distinct, values = indices[positions], values[positions]
         changed, new_weights = self.update_rule.compute(distinct, values)
-        target = distinct[changed]
-        self.visits[distinct] += 1
-        if len(target):
-            self.measured[target] = True
-            self._set_weights(target, new_weights)
+        written = -1
+        if (type(changed) is np.ndarray and changed.dtype == np.bool_ and changed.shape == distinct.shape
+                and type(new_weights) is np.ndarray and new_weights.dtype == np.float64 and new_weights.ndim == 1):
+            target = positions  # reused as the output: the positions are read no more
+            written = apply_feedback(self.tree.nodes, self.tree.layout, self.weights, self.visits, self.measured,
+                                     self.alpha, self.floor, distinct, changed, new_weights, target)
+            target = target[:written]
+        if written < 0:  # a user's update that answers in another form: the same steps, one at a time
+            target = distinct[changed]
+            self.visits[distinct] += 1
+            if len(target):
+                self.measured[target] = True
+                self._set_weights(target, new_weights)
+        if len(target) and self.init.observes:
             self.init.observe(self._view, target, self.weights[target])
-        refreshed = self.init.refresh(self._view)
-        if refreshed is not None:
-            self._set_weights(*refreshed)
+        if self.init.refreshes:
+            refreshed = self.init.refresh(self._view)
+            if refreshed is not None:
+                self._set_weights(*refreshed)
         self.counters["updated"] += len(target)
         return len(target)
 
