@@ -8,6 +8,7 @@ import numpy as np
 from numba import njit
 
 from .buffer import tree_priorities
+from .rng import fill_uniforms
 from .tree import descend, set_leaves
 
 OUT_OF_RANGE = 1
@@ -113,3 +114,28 @@ def apply_feedback(nodes, layout, weights, visits, measured, alpha, floor, disti
             t += 1
     write_floored(nodes, layout, weights, alpha, floor, target[:t], new_weights)
     return t
+
+
+@njit(cache=True, nogil=True)
+def group_single_draws(counts, rngs, trees, n_leaves, uniform_fractions, sizes, last_drawn, epochs, out, n_uniform):
+    """For every sampler k of a group (tuples of their arrays, ascending k), ``counts[k]`` draws of one index
+    each in its prioritized phase, written to ``out`` grouped by sampler: pairs of uniforms from ``rngs[k]``
+    through `prioritized_draws`, each index marked drawn in ``epochs[k]``; ``n_uniform[k]``: its uniform draws.
+    Returns -1 - k when sampler k's tree is empty (the samplers before it have drawn), else 0."""
+    start = 0
+    for k in range(counts.shape[0]):
+        c = counts[k]
+        if c == 0:
+            continue
+        u = np.empty(2 * c, np.float64)
+        fill_uniforms(rngs[k], u)
+        part = out[start:start + c]
+        drawn = prioritized_draws(u, True, trees[k], n_leaves[k], uniform_fractions[k], sizes[k], False, part)
+        if drawn < 0:
+            return -1 - k
+        n_uniform[k] = drawn
+        marks = last_drawn[k]
+        for j in range(c):
+            marks[part[j]] = epochs[k]
+        start += c
+    return 0

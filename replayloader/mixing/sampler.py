@@ -18,9 +18,10 @@ mean loss and count; with ``within="prioritized"`` the losses also go to each so
 All arguments are checked before anything changes.
 
 What a step costs: a few compiled passes over the batch (`kernels.mixing`: the slots' sources, the examples each
-source hands out, the feedback's checks and per-source sums) and, with ``within="prioritized"``, one call per
-source into its `PrioritizedSampler` each way, never one per example; ``python bench/hot_paths.py`` times it beside
-torch's ``RandomSampler``. Those passes make the very draws the numpy forms made (tests/mixing/test_reference.py).
+source hands out, the feedback's checks and per-source sums) and, with ``within="prioritized"``, one call each
+way into the sources' `PrioritizedSampler`s together (`sampler.groups.SamplerGroup`), never one per example;
+``python bench/hot_paths.py`` times it beside torch's ``RandomSampler``. Those passes make the very draws the
+numpy forms made (tests/mixing/test_reference.py).
 
 Every random number comes from the sampler's own generator (`kernels.rng`), whose four words are checkpointed, so
 `state_dict` / `load_state_dict` resume the identical stream, also in the middle of a source's pass. The stream
@@ -44,6 +45,7 @@ from .._arrays import to_numpy
 from ..kernels.mixing import (BAD_LOSS, draw_sources, feedback_sums, order_by_source, place_draws, reshuffle,
                                take_uniform)
 from ..kernels.rng import seed_state
+from ..sampler.groups import SamplerGroup
 from ..sampler.prioritized import PrioritizedSampler
 from ..state.atomic import sha256_bytes
 from ..state.checks import InvalidState, array, check_header, field, integer, require, rng_words
@@ -324,6 +326,7 @@ class MixtureSampler:
         self.local_of[members] = np.arange(self.num_examples) - np.repeat(self.offsets[:-1], sizes)
         self.prioritized_options = dict(prioritized or {})
         self.samplers = [self._source_sampler(j) for j in range(k)] if within == "prioritized" else []
+        self.group = SamplerGroup(self.samplers) if self.samplers else None  # their draws and feedback, together
         self.order = np.zeros(self.num_examples, np.int64)  # per-source permutations (within="uniform")
         self.cursor = np.zeros(k, np.int64)  # examples handed out of the current permutation, per source
         self.passes = np.zeros(k, np.int64)  # permutations started, per source
@@ -377,16 +380,13 @@ class MixtureSampler:
     draw = renamed_method("next_batch")  # 1.0's name, deprecated in 1.1
 
     def _take_prioritized(self, sources: np.ndarray, out: np.ndarray) -> None:
-        """Each source's `PrioritizedSampler` draws as many indices as slots picked it, in one call per source
-        (ascending; each source has its own generator), handed to its slots in slot order."""
+        """Each source's `PrioritizedSampler` draws as many indices as slots picked it (`SamplerGroup`: one
+        compiled pass over the sources, ascending; each has its own generator), handed to its slots in slot
+        order."""
         order, counts = np.empty(len(sources), np.int64), np.zeros(self.num_sources, np.int64)
         order_by_source(sources, counts, order)
         local = np.empty(len(sources), np.int64)
-        start = 0
-        for k in np.flatnonzero(counts).tolist():
-            stop = start + int(counts[k])
-            self.samplers[k]._single_draws(local[start:stop])
-            start = stop
+        self.group.draw_singles(counts, local)
         place_draws(sources, order, local, self.offsets, self.members, self.drawn, out)
 
     # ------------------------------------------------------------------ feedback
@@ -430,7 +430,7 @@ class MixtureSampler:
         (numpy or torch, any device). 1.0's ``feedback(indices, losses)`` still works for one release, with a
         DeprecationWarning. The rule gets one step: per source, the mean loss and count;
         with ``within="prioritized"`` each source's `PrioritizedSampler` gets its examples' losses (``loss=``),
-        one call per source.
+        all sources in one call (`SamplerGroup.feedback_losses`).
 
         Raises a ValueError naming the argument (shape mismatch, a non-finite or negative loss, an index out of
         range or never drawn), and then nothing has changed.
@@ -440,12 +440,8 @@ class MixtureSampler:
         if self.samplers:  # checked above: in range, drawn (so handed out by their source), finite, >= 0
             order = np.empty(len(idx), np.int64)
             order_by_source(self.source_of[idx], np.zeros(self.num_sources, np.int64), order)
-            local, ordered = self.local_of[idx[order]], values[order]  # each source's examples, in the order given
-            start = 0
-            for k in np.flatnonzero(counts).tolist():
-                stop = start + int(counts[k])
-                self.samplers[k].feedback(local[start:stop], loss=ordered[start:stop])
-                start = stop
+            # each source's examples, in the order given, to its sampler
+            self.group.feedback_losses(counts, self.local_of[idx[order]], values[order])
 
     # ------------------------------------------------------------------ introspection, checkpoint
     def stats(self) -> dict[str, Any]:

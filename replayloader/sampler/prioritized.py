@@ -205,10 +205,15 @@ class PrioritizedSampler:
         return SampledBatch(indices, probabilities, weights, epoch, step)
 
     def _count_drawn(self, indices: np.ndarray, epoch: int, batches: int) -> None:
-        """The bookkeeping of ``batches`` batches drawn in ``epoch`` (``indices``, all of them); when they end
-        the epoch, the next one begins: the warm-up order is dropped and unmeasured examples are rescored."""
+        """The bookkeeping of ``batches`` batches drawn in ``epoch`` (``indices``, all of them): each index
+        marked drawn in it, then `_advance`."""
         self.last_drawn_epoch[indices] = epoch
-        self.counters["drawn"] += len(indices)
+        self._advance(len(indices), batches)
+
+    def _advance(self, drawn: int, batches: int) -> None:
+        """``batches`` batches of ``drawn`` indices in all were drawn (and marked); when they end the epoch, the
+        next one begins: the warm-up order is dropped and unmeasured examples are rescored."""
+        self.counters["drawn"] += drawn
         self.step += batches
         self.position += batches
         if self.position == len(self):

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 from replayloader import PrioritizedSampler
 from replayloader.kernels.rng import seed_state, uniforms
 from replayloader.mixing import ODM, ExcessLoss, FixedMixture, MixtureSampler
+from replayloader.strategies import MaxWeight, MeanWeight
 from tests.core.helpers import assert_state_equal
 
 
@@ -75,16 +76,21 @@ RULES = {"odm": lambda k: ODM(warmup_steps=2), "fixed": lambda k: FixedMixture(n
 @given(sizes=st.lists(st.integers(1, 25), min_size=1, max_size=4), batch_size=st.integers(1, 24),
        seed=st.integers(0, 10_000), rule=st.sampled_from(sorted(RULES)),
        within=st.sampled_from(["uniform", "prioritized"]),
-       warmup=st.integers(0, 1), uniform_fraction=st.sampled_from([0.0, 0.25]),
+       warmup=st.integers(0, 1), uniform_fraction=st.sampled_from([0.0, 0.25]), init=st.sampled_from(["mean", "max"]),
        plan=st.lists(st.tuples(st.booleans(), st.integers(0, 2**31)), min_size=1, max_size=14))
 def test_the_sampler_draws_and_learns_as_the_step_by_step_reference(sizes, batch_size, seed, rule, within, warmup,
-                                                                   uniform_fraction, plan):
+                                                                   uniform_fraction, init, plan):
     """``plan``: per step, whether its batch is fed back, and a seed for which of its examples (some twice) and
-    their losses."""
-    prioritized = {"warmup_epochs": warmup, "uniform_fraction": uniform_fraction} if within == "prioritized" else {}
+    their losses. ``init="max"`` (an initializer that watches feedback) takes the sources' feedback one sampler
+    at a time, ``"mean"`` in one compiled pass (`sampler.groups`); warm-up passes and epoch ends take the draws
+    one sampler at a time."""
+    def options():
+        return {"warmup_epochs": warmup, "uniform_fraction": uniform_fraction,
+                "init": MeanWeight() if init == "mean" else MaxWeight()} if within == "prioritized" else {}
+
     sampler = MixtureSampler(sizes, batch_size=batch_size, rule=RULES[rule](len(sizes)), seed=seed, within=within,
-                             prioritized=prioritized)
-    reference = Reference(sizes, batch_size, RULES[rule](len(sizes)), seed, within, prioritized)
+                             prioritized=options())
+    reference = Reference(sizes, batch_size, RULES[rule](len(sizes)), seed, within, options())
     for feed, feed_seed in plan:
         batch = sampler.next_batch()
         indices, sources, weights = reference.next_batch()
