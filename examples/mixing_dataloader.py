@@ -22,7 +22,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from replayloader.mixing import ODM, FixedMixture
-from replayloader.mixing.torch import MixtureBatchSampler, concat_sources
+from replayloader.torch import MixtureBatchSampler, concat_sources
 
 NAMES = ["easy", "curved", "noisy", "rare"]
 SIZES = [2000, 2000, 2000, 200]

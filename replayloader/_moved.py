@@ -26,9 +26,11 @@ MOVED_MODULES = {f"replayloader.{old}": f"replayloader.{new}" for old, new in {
     "torch_sampler": "torch.batch_sampler", "torch_select": "torch.candidates", "hf_trainer": "torch.hf",
     "lightning": "torch.lightning", "ray.shards": "ray.sharded_buffer",
 }.items()}
-# 1.1 moves: the feedback rule is the strategy's (its update declares the keywords), not the buffer's.
+# 1.1 moves: the feedback rule is the strategy's (its update declares the keywords), not the buffer's; every torch
+# adapter lives in replayloader.torch (the mixture's DataLoader parts and Trainer beside the sampler's and selection's).
 MOVED_IN_1_1 = {f"replayloader.{old}": f"replayloader.{new}" for old, new in {
     "buffer.feedback": "strategies.feedback",
+    "mixing.torch": "torch.mixing", "mixing.hf": "torch.mixing_trainer",
 }.items()}
 MOVED_MODULES.update(MOVED_IN_1_1)
 
@@ -45,9 +47,9 @@ FRONT_1_1 = {name: f"replayloader.{home}" for home, names in {
     "sampler": ["SampledBatch"],
     "selection": ["TopK", "Proportional", "SelectiveBackprop", "TrainingLoss", "ReducibleLoss",
                   "BufferScoreThenSelect", "irreducible_losses", "fit_irreducible", "ReusedPool", "SelectionSwitch"],
-    "mixing": ["MixtureBatch", "FixedMixture", "ODM", "ExcessLoss", "MixtureBatchSampler", "MixtureIterableDataset",
-               "concat_sources"],
-    "torch": ["CandidateBatchSampler", "BackgroundScorer", "ProxyScorer"],
+    "mixing": ["MixtureBatch", "FixedMixture", "ODM", "ExcessLoss"],
+    "torch": ["CandidateBatchSampler", "BackgroundScorer", "ProxyScorer", "MixtureBatchSampler",
+              "MixtureIterableDataset", "concat_sources"],
     "distributed": ["DistributedScoreThenSelect"],
 }.items() for name in names}
 

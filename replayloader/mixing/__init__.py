@@ -6,26 +6,30 @@
 - Rules (`MixingRule`): `FixedMixture` (``natural``, ``stratified``), `ODM` (the authors' smoothed-mean rule),
   `ODMExp3` (their EXP3 updater), `ExcessLoss` (DoReMi's multiplicative weights on loss above a reference),
   `ADO` (per-source scaling-law fits, Jiang et al. 2025).
-- Torch (imported on first use): `MixtureBatchSampler` (a DataLoader ``batch_sampler``, DDP slices),
-  `concat_sources` (K map-style datasets as one), `MixtureIterableDataset` (K streams);
-  ``replayloader.mixing.hf.MixingTrainer`` (the Hugging Face Trainer, needs transformers).
 - ``python -m replayloader.mixing.plot LOG.jsonl -o weights.png``: the weight trajectory of a ``log_path`` file.
+
+In torch, as every adapter of the library, in ``replayloader.torch``: `MixtureBatchSampler` (a DataLoader
+``batch_sampler``, DDP slices), `concat_sources` (K map-style datasets as one), `MixtureIterableDataset` (K
+streams) and `MixingTrainer` (the Hugging Face Trainer). Their 1.0 names here (``replayloader.mixing.X``, and the
+modules ``replayloader.mixing.torch`` / ``.hf``) still work for one release, with a DeprecationWarning naming the
+new home.
 """
 from .ado import ADO
 from .rules import ODM, ExcessLoss, FixedMixture, MixingRule, ODMExp3, ReportsEstimates
 from .sampler import MixtureBatch, MixtureSampler, SourceMixer
 
 __all__ = ["MixtureSampler", "MixtureBatch", "MixingRule", "FixedMixture", "ODM", "ODMExp3", "ExcessLoss", "ADO",
-           "ReportsEstimates", "SourceMixer",
-           "MixtureBatchSampler", "MixtureIterableDataset", "concat_sources", "MixingTrainer"]
+           "ReportsEstimates", "SourceMixer"]
 
-_LAZY = {"MixtureBatchSampler": "torch", "MixtureIterableDataset": "torch", "concat_sources": "torch",
-         "MixingTrainer": "hf"}
+_MOVED_TO_TORCH = ("MixtureBatchSampler", "MixtureIterableDataset", "concat_sources", "MixingTrainer")
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
+    if name in _MOVED_TO_TORCH:
         import importlib
 
-        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        from .._moved import _warn
+
+        _warn(f"{__name__}.{name}", f"replayloader.torch.{name}", "1.1")
+        return getattr(importlib.import_module("replayloader.torch"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

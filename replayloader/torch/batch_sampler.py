@@ -7,9 +7,10 @@ the weights known at that moment.
 
 How the training loop learns which indices and importance weights a batch has: the DataLoader returns batches in
 the order the batch sampler yielded them (its default ``in_order=True``), so the batch sampler keeps the
-`SampledBatch` of every list it yields in a queue, and `next_batch_info()` pops the one of the batch the loop
-has just received. Call it once per batch received. A new ``iter()`` (a new DataLoader epoch or iterator)
-drops what the previous iterator had prefetched and never returned.
+`SampledBatch` of every list it yields in a queue (`records.RecordedBatchSampler`, the base of every batch sampler
+here), and `next_batch_info()` pops the one of the batch the loop has just received. Call it once per batch
+received. A new ``iter()`` (a new DataLoader epoch or iterator) drops what the previous iterator had prefetched
+and never returned.
 
 Exact resume through a DataLoader: `state_dict()` holds the sampler and the batches drawn ahead but not yet
 received by the loop (prefetched); after `load_state_dict`, the next ``iter()`` yields those first, then draws
@@ -22,23 +23,21 @@ checkpointed whole (global), so a state resumes on any number of ranks.
 """
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator, Mapping
-from itertools import chain
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Sampler
 
 from ..distributed.sampler import DistributedPrioritizedSampler, advance_to_epoch
 from ..sampler.prioritized import PrioritizedSampler, SampledBatch
 from ..sampler.protocol import SamplerLike
 from ..state.checks import array, field, integer, require
 from .._moved import renamed
+from .records import RecordedBatchSampler
 
 
-class PrioritizedBatchSampler(Sampler[list[int]]):
+class PrioritizedBatchSampler(RecordedBatchSampler[SampledBatch]):
     """Index lists drawn by a `PrioritizedSampler`; ``len()`` is its steps per epoch.
 
     Each ``iter()`` yields the remaining batches of the sampler's current epoch (all of them at an epoch start;
@@ -49,21 +48,20 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
         if not isinstance(sampler, SamplerLike):  # the family, not a list (PrioritizedSampler, the DDP one, yours)
             raise TypeError(f"sampler must be a PrioritizedSampler or a DistributedPrioritizedSampler (a SamplerLike: "
                             f"next_batch, feedback, settle, state_dict, ...), got {type(sampler).__name__}")
+        super().__init__()
         self.sampler = sampler
-        self._handed_out: deque[SampledBatch] = deque()
-        self._replay: deque[SampledBatch] = deque()  # drawn before a checkpoint, not yet received by the loop
 
     def __len__(self) -> int:
         return len(self.sampler)
 
     def __iter__(self) -> Iterator[list[int]]:
-        self._handed_out.clear()
-        replay, self._replay = self._replay, deque()
+        self._restart()
         # Batches drawn before a checkpoint come first; if they closed their epoch, the sampler is past it.
-        epoch_closed = bool(replay) and replay[-1].epoch != self.sampler.epoch
-        for batch in chain(replay, () if epoch_closed else self.sampler):
-            self._handed_out.append(batch)
-            yield batch.indices.tolist()
+        epoch_closed = bool(self._waiting) and self._waiting[-1].epoch != self.sampler.epoch
+        while self._waiting:
+            yield self._hand_out(self._waiting.popleft()).indices.tolist()
+        for batch in () if epoch_closed else self.sampler:
+            yield self._hand_out(batch).indices.tolist()
 
     def set_epoch(self, epoch: int) -> None:
         """What frameworks call at each epoch start; see `distributed.sampler.advance_to_epoch`. Batches drawn ahead for
@@ -72,20 +70,16 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
         After `load_state_dict` the loop's epoch is that of the oldest batch drawn before the checkpoint and not
         received yet: a DataLoader that fetched ahead may have drawn the last batch of that epoch, so the sampler
         itself is already in the next one. Asking for the loop's epoch then changes nothing."""
-        if self._replay and epoch == self._replay[0].epoch:
+        if self._waiting and epoch == self._waiting[0].epoch:
             return
         if epoch != self.sampler.epoch:
-            self._handed_out.clear()
-            self._replay.clear()
+            self._load_pending(())
         advance_to_epoch(self.sampler, epoch)
 
     def next_batch_info(self) -> SampledBatch:
         """The `SampledBatch` (indices, importance weights, probabilities, epoch) of the next batch the
         DataLoader returns, oldest first."""
-        if not self._handed_out:
-            raise RuntimeError("no batch is waiting: next_batch_info() is called once per batch the DataLoader "
-                               "returned, after it returned it")
-        return self._handed_out.popleft()
+        return super().next_batch_info()
 
     def settle(self) -> None:
         """Apply feedback still in flight (a `DistributedPrioritizedSampler` with ``overlap=True``), e.g. when
@@ -105,7 +99,7 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
     def state_dict(self) -> dict:
         """The sampler's state plus the batches it drew that the loop has not received yet."""
         # a rank's share is kept as its global batch, so the state resumes on any number of ranks
-        wholes = [b if getattr(b, "whole", None) is None else b.whole for b in self._handed_out]
+        wholes = [b if getattr(b, "whole", None) is None else b.whole for b in self._pending()]
         pending = [{"indices": b.indices.copy(), "weights": b.weights.copy(), "probabilities": b.probabilities.copy(),
                     "epoch": b.epoch, "step": b.step} for b in wholes]
         return {"sampler": self.sampler.state_dict(), "pending": pending}
@@ -124,6 +118,5 @@ class PrioritizedBatchSampler(Sampler[list[int]]):
                                         array(batch, "weights", where, indices.shape, "fiu", np.float64),
                                         integer(batch, "epoch", where, 0), integer(batch, "step", where, 0)))
         self.sampler.load_state_dict(field(state, "sampler", "batch sampler state"))
-        self._handed_out.clear()
         share = getattr(self.sampler, "share", lambda whole: whole)  # a rank's slice of a distributed batch
-        self._replay = deque(share(batch) for batch in batches)
+        self._load_pending(share(batch) for batch in batches)

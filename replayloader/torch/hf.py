@@ -22,14 +22,11 @@ must not skip batches again).
 """
 from __future__ import annotations
 
-import inspect
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import chain
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -143,18 +140,10 @@ class PrioritizedTrainer(Trainer):
 
 
 # ---------------------------------------------------------------------------------------------------- selection
-_POOL = ("next_step", "pending_steps", "candidate_indices", "steps_per_pool")  # `ReusedPool`
-_SWITCH = ("selecting", "uniform", "step_done")  # `SelectionSwitch`
-_SCORER = ("score", "feedback")  # `ProxyScorer`
-
-
-def _provides(part: Any, names: tuple[str, ...]) -> bool:
-    """Whether ``part`` has every one of ``names`` (looked up statically: a property such as ``selecting`` is not
-    evaluated)."""
-    missing = object()
-    return all(inspect.getattr_static(part, name, missing) is not missing for name in names)
-
-
+# What kind of selector or scorer the trainer got is judged one way, by these Protocols (a `runtime_checkable`
+# isinstance: every member present), so a user's own ReusedPool-, switch- or scorer-like object qualifies by what
+# it has, not by its class.
+@runtime_checkable
 class ReusedPoolLike(Protocol):
     """What `SelectingTrainer` needs of a selector that feeds m steps per scored pool (`ReusedPool`)."""
 
@@ -168,6 +157,7 @@ class ReusedPoolLike(Protocol):
     def candidate_indices(self, rank: int = 0) -> np.ndarray: ...
 
 
+@runtime_checkable
 class SwitchLike(Protocol):
     """What `SelectingTrainer` needs of a selector that decides per step whether to score (`SelectionSwitch`)."""
 
@@ -179,6 +169,7 @@ class SwitchLike(Protocol):
     def step_done(self, losses: Any = None, *, indices: Any = None, seconds: float | None = None) -> None: ...
 
 
+@runtime_checkable
 class ScorerLike(Protocol):
     """What `SelectingTrainer` needs of a ``scorer`` (`replayloader.torch.ProxyScorer`)."""
 
@@ -221,7 +212,7 @@ class PooledCandidateBatchSampler(CandidateBatchSampler):
     """
 
     def __init__(self, sampler: PrioritizedSampler, selector: Selector, *, refresh: bool = True) -> None:
-        if not _provides(selector, _POOL):
+        if not isinstance(selector, ReusedPoolLike):
             raise TypeError(f"selector must feed several steps per pool (a ReusedPool), got {type(selector).__name__}")
         if isinstance(sampler, DistributedPrioritizedSampler):
             raise ValueError("PooledCandidateBatchSampler runs in one process: under several processes take the "
@@ -229,9 +220,9 @@ class PooledCandidateBatchSampler(CandidateBatchSampler):
                              "world_size=))")
         super().__init__(sampler, selector, refresh=refresh)
         self.pool = selector
-        self._queue: deque[PoolStep] = deque()  # yielded, not received by the trainer yet
-        self._planned: deque[PoolStep] = deque()  # drawn, not yielded yet: the rest of the pool being handed out
-        self._received: int | None = None  # the pool (its draw's step number) the trainer last received whole
+        # the queue (`records.RecordedBatchSampler`) holds PoolSteps: those yielded and not received by the
+        # trainer yet, then those drawn and not yielded yet (the rest of the pool being handed out)
+        self._held_pool: int | None = None  # the pool (its draw's step number) the trainer last received whole
 
     def __len__(self) -> int:
         return len(self.sampler) * self.pool.steps_per_pool
@@ -242,30 +233,25 @@ class PooledCandidateBatchSampler(CandidateBatchSampler):
 
     def __iter__(self) -> Iterator[list[int]]:
         # steps drawn before (yielded to an iterator that was dropped, or loaded from a state) come first
-        self._planned = deque(chain(self._queue, self._planned))
-        self._queue.clear()
-        held = self._received  # the pool the trainer holds; then the one this iterator yielded whole last
+        self._restart(keep_handed=True)
+        held = self._held_pool  # the pool the trainer holds; then the one this iterator yielded whole last
         for _ in range(len(self)):
-            if not self._planned:
+            if not self._waiting:
                 batch = self.sampler.next_batch()
                 count = self.steps_of(len(batch))
-                self._planned.extend(PoolStep(batch, j, count) for j in range(count))
-            step = self._planned.popleft()
+                self._waiting.extend(PoolStep(batch, j, count) for j in range(count))
+            step = self._hand_out(self._waiting.popleft())
             step.whole = step.step == 0 or step.batch.step != held
             if step.whole:
                 held = step.batch.step
-            self._queue.append(step)
             indices = step.batch.indices
             yield (indices if step.whole else indices[:1]).tolist()
 
     def next_pool_step(self) -> PoolStep:
         """The `PoolStep` of the next item the DataLoader returns, oldest first (once per item received)."""
-        if not self._queue:
-            raise RuntimeError("no step is waiting: next_pool_step() is called once per item the DataLoader "
-                               "returned, after it returned it")
-        step = self._queue.popleft()
+        step = self._pop_received("next_pool_step()")
         if step.whole:
-            self._received = step.batch.step
+            self._held_pool = step.batch.step
         return step
 
     def next_batch_info(self) -> SampledBatch:
@@ -277,7 +263,7 @@ class PooledCandidateBatchSampler(CandidateBatchSampler):
 
     def state_dict(self) -> dict:
         """The sampler, every step drawn but not trained yet (``pending`` / ``pool_steps``) and the `ReusedPool`."""
-        steps = list(chain(self._queue, self._planned))
+        steps = self._pending()
         pending = [{"indices": s.batch.indices.copy(), "weights": s.batch.weights.copy(),
                     "probabilities": s.batch.probabilities.copy(), "epoch": s.batch.epoch, "step": s.batch.step}
                    for s in steps]
@@ -296,11 +282,9 @@ class PooledCandidateBatchSampler(CandidateBatchSampler):
         require(not len(bad), f"{where}['pool_steps'][{bad[0] if len(bad) else 0}] must be [step, steps] with "
                               f"0 <= step < steps <= m = {m}")
         super().load_state_dict(state)
-        self._planned = deque(PoolStep(batch, int(step), int(steps)) for batch, (step, steps) in zip(self._replay,
-                                                                                                    pairs))
-        self._replay.clear()
-        self._queue.clear()
-        self._received = None  # nothing is in the trainer's memory: a pool in progress is fetched again
+        self._load_pending([PoolStep(batch, int(step), int(steps)) for batch, (step, steps) in zip(self._waiting,
+                                                                                                   pairs)])
+        self._held_pool = None  # nothing is in the trainer's memory: a pool in progress is fetched again
 
 
 @dataclass
@@ -358,11 +342,11 @@ class SelectingTrainer(PrioritizedTrainer):
     def __init__(self, *args: Any, sampler: PrioritizedSampler, selector: Selector,
                  per_example_loss: PerExampleLoss = cross_entropy_per_example, score_in_eval_mode: bool = True,
                  scorer: ScorerLike | None = None, **kwargs: Any) -> None:
-        pool, switch = _provides(selector, _POOL), _provides(selector, _SWITCH)
+        pool, switch = isinstance(selector, ReusedPoolLike), isinstance(selector, SwitchLike)
         if pool and switch:
             raise TypeError(f"{type(selector).__name__} looks like both a ReusedPool (next_step, pending_steps) and "
                             f"a SelectionSwitch (selecting, uniform, step_done); SelectingTrainer takes one of them")
-        if scorer is not None and not _provides(scorer, _SCORER):
+        if scorer is not None and not isinstance(scorer, ScorerLike):
             raise TypeError(f"scorer must score candidates in the model's place (a ProxyScorer: score, feedback), got "
                             f"{type(scorer).__name__}")
         super().__init__(*args, sampler=sampler, per_example_loss=per_example_loss, **kwargs)

@@ -24,10 +24,10 @@ LAYERS = [
     {"sumtree", "strategies"},
     {"buffer"},
     {"sampler", "loader"},
-    {"selection"},
+    {"selection", "mixing"},
     {"distributed"},
     {"torch", "ray", "sb3"},
-    {"mixing", "prompts"},
+    {"prompts"},
 ]
 LAYER = {part: number for number, parts in enumerate(LAYERS) for part in parts}
 

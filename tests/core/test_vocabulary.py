@@ -102,7 +102,7 @@ def test_the_walk_reaches_every_public_face():
     for expected in ("replayloader.ReplayBuffer", "replayloader.mixing.MixtureSampler",
                      "replayloader.selection.SelectiveBackprop", "replayloader.prompts.PromptSampler"):
         assert expected in names
-    for extra, name in (("torch", "replayloader.torch.ProxyScorer"), ("torch", "replayloader.mixing.MixtureBatchSampler"),
+    for extra, name in (("torch", "replayloader.torch.ProxyScorer"), ("torch", "replayloader.torch.MixtureBatchSampler"),
                         ("stable_baselines3", "replayloader.sb3.PrioritizedReplayBuffer"),
                         ("ray", "replayloader.ray.ShardedBuffer")):
         assert importlib.util.find_spec(extra) is None or name in names, name

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from replayloader.distributed import load_shared_state, save_shared_state, shutdown, state_digest
-from replayloader.mixing.torch import MixtureBatchSampler
+from replayloader.torch.mixing import MixtureBatchSampler
 
 
 def ensure_group() -> None:
@@ -86,7 +86,7 @@ def hf(out: Path) -> dict:
     from transformers import BertConfig, BertForSequenceClassification, TrainingArguments
 
     from replayloader.mixing import ODM, MixtureSampler
-    from replayloader.mixing.hf import MixingTrainer
+    from replayloader.torch.mixing_trainer import MixingTrainer
 
     ensure_group()
     g = torch.Generator().manual_seed(0)

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from replayloader.distributed import fork_safe_context
 from replayloader.mixing import ODM, MixtureSampler
-from replayloader.mixing.torch import MixtureBatchSampler
+from replayloader.torch.mixing import MixtureBatchSampler
 
 SIZES = [40, 25, 15]
 BATCH = 8  # the global batch: 4 per rank

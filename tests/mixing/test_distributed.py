@@ -13,7 +13,7 @@ if not torch.distributed.is_available():
     pytest.skip("torch.distributed is not available", allow_module_level=True)
 
 from replayloader.distributed import load_shared_state  # noqa: E402
-from replayloader.mixing.torch import MixtureBatchSampler  # noqa: E402
+from replayloader.torch.mixing import MixtureBatchSampler  # noqa: E402
 from tests.distributed.launch import launch, torchrun_command  # noqa: E402
 
 from . import scenario as sc  # noqa: E402

@@ -8,7 +8,7 @@ transformers = pytest.importorskip("transformers")
 
 from replayloader.distributed import load_shared_state  # noqa: E402
 from replayloader.mixing import ODM, MixtureSampler  # noqa: E402
-from replayloader.mixing.hf import STATE_FILE, MixingTrainer, causal_lm_per_example_loss  # noqa: E402
+from replayloader.torch.mixing_trainer import STATE_FILE, MixingTrainer, causal_lm_per_example_loss  # noqa: E402
 
 N, BATCH = 48, 8
 

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, Dataset, TensorDataset  # noqa: E402
 from replayloader import InvalidState  # noqa: E402
 from replayloader.distributed import fork_safe_context  # noqa: E402
 from replayloader.mixing import ODM, FixedMixture, MixtureSampler  # noqa: E402
-from replayloader.mixing.torch import MixtureBatchSampler, MixtureIterableDataset, concat_sources  # noqa: E402
+from replayloader.torch import MixtureBatchSampler, MixtureIterableDataset, concat_sources  # noqa: E402
 
 
 class IndexDataset(Dataset):

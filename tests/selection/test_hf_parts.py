@@ -287,8 +287,14 @@ def test_bad_combinations_are_refused_with_the_reason(tmp_path):
     with pytest.raises(ValueError, match=r"steps x k \(m \* n_b\) = 5 x 2 = 10 exceeds the candidate batch size"):
         make_trainer(tmp_path, ReusedPool(Selector(TopK(K)), steps=5), 2)
 
-    class Both(ReusedPool):
-        selecting, uniform, step_done = True, None, None
+    class Both(ReusedPool):  # the members of a SelectionSwitch too (SwitchLike; a member set to None is absent)
+        selecting = True
+
+        def uniform(self, candidates, *, rows=None):
+            raise AssertionError("never called")
+
+        def step_done(self, losses=None, *, indices=None, seconds=None):
+            raise AssertionError("never called")
 
     with pytest.raises(TypeError, match="looks like both a ReusedPool .* and a SelectionSwitch"):
         make_trainer(tmp_path, Both(Selector(TopK(K)), steps=2), 2)

@@ -1,6 +1,9 @@
-"""The mixture in a torch DataLoader: a batch sampler (one process or DDP), K datasets as one, K streams.
+"""The mixture (`replayloader.mixing`) in a torch DataLoader: a batch sampler (one process or DDP), K datasets as
+one, K streams.
 
-Optional module (torch is imported here only).
+Optional module (torch is imported here only). It lived at ``replayloader.mixing.torch`` until 1.1; every torch
+adapter now lives in ``replayloader.torch``, beside the sampler's and selection's (the old path still imports,
+with a DeprecationWarning).
 
 `MixtureBatchSampler` is a DataLoader ``batch_sampler``. The DataLoader iterates a batch sampler in the main
 process, also with ``num_workers > 0``, so every draw, and every weight it reads, stays in one process; workers
@@ -20,14 +23,13 @@ B/W reproduce one process × B. Bad feedback on any rank raises on every rank, a
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import ConcatDataset, Dataset, IterableDataset, Sampler, default_collate, get_worker_info
+from torch.utils.data import ConcatDataset, Dataset, IterableDataset, default_collate, get_worker_info
 
 from .. import _checks as checks
 from .._moved import keyword_only
@@ -35,22 +37,25 @@ from .._arrays import to_numpy
 from ..distributed.group import current_group
 from ..distributed.state_files import state_digest
 from ..state.checks import array, check_header, field, integer, require
-from .sampler import STATE_VERSION, MixtureBatch, MixtureSampler, SourceMixer, check_losses, load_parts
+from ..mixing.sampler import STATE_VERSION, MixtureBatch, MixtureSampler, SourceMixer, check_losses, load_parts
+from .records import RecordedBatchSampler
 
 _HEADER = 7  # status, count, step, 4 RNG words
 
 
-class MixtureBatchSampler(Sampler[list[int]]):
-    """Index lists drawn by a `MixtureSampler`, for ``DataLoader(dataset, batch_sampler=...)``.
+class MixtureBatchSampler(RecordedBatchSampler[MixtureBatch]):
+    """Index lists drawn by a `MixtureSampler`, for ``DataLoader(dataset, batch_sampler=...)``; the loop pops
+    each batch's `MixtureBatch` with `next_batch_info` (see `records.RecordedBatchSampler`).
 
     Each ``iter()`` yields the rest of the current pass of ``len()`` batches (all of them when it starts). Under
     DDP each yielded list is this rank's slice of the global batch.
 
     Args:
         mixture_sampler: the `MixtureSampler` (under DDP: built identically on every rank).
-        rank, world_size: this process's slice; default: torch.distributed's rank and world size when it is
-            initialized, else 0 and 1. Given by hand without a process group, feedback is applied as given:
-            gather the global batch's losses yourself and feed them on every rank.
+        rank: this process's slice; default: torch.distributed's rank when it is initialized, else 0. Given by
+            hand without a process group (with ``world_size``), feedback is applied as given: gather the global
+            batch's losses yourself and feed them on every rank.
+        world_size: the number of slices; default: torch.distributed's world size when it is initialized, else 1.
         num_batches: batches per pass, what ``len()`` returns (default: ceil(examples / batch_size), one
             pass's worth of examples).
     """
@@ -59,6 +64,7 @@ class MixtureBatchSampler(Sampler[list[int]]):
                  num_batches: int | None = None) -> None:
         if not isinstance(mixture_sampler, MixtureSampler):
             raise TypeError(f"mixture_sampler must be a MixtureSampler, got {type(mixture_sampler).__name__}")
+        super().__init__()  # the queue of global batches drawn, not yet received by the loop
         self.mixture = mixture_sampler
         self.world = current_group()
         if self.world is not None:
@@ -79,21 +85,18 @@ class MixtureBatchSampler(Sampler[list[int]]):
         if batch % self.world_size:
             raise ValueError(f"batch_size (the global batch) is {batch}, which is not divisible by the world size "
                              f"{self.world_size}; each rank takes batch_size / world_size examples a step")
-        self._handed_out: deque[MixtureBatch] = deque()  # global batches yielded, not yet received by the loop
-        self._replay: deque[MixtureBatch] = deque()  # drawn before a checkpoint, not yet received
         self._position = 0  # batches yielded in the current pass
 
     def __len__(self) -> int:
         return self.num_batches
 
     def __iter__(self) -> Iterator[list[int]]:
-        self._handed_out.clear()
+        self._restart()
         if self._position >= self.num_batches:
             self._position = 0
         while self._position < self.num_batches:
-            whole = self._replay.popleft() if self._replay else self.mixture.next_batch()
+            whole = self._hand_out(self._next_drawn(self.mixture.next_batch))
             self._position += 1
-            self._handed_out.append(whole)
             yield whole.share(self.rank, self.world_size).indices.tolist()
         self._position = 0
 
@@ -101,13 +104,9 @@ class MixtureBatchSampler(Sampler[list[int]]):
         """What frameworks call at each epoch start: nothing to do (the stream follows from the sampler's own
         generator, not from epoch numbers)."""
 
-    def next_batch_info(self) -> MixtureBatch:
-        """This rank's `MixtureBatch` of the next batch the DataLoader returns, oldest first (call it once per
-        batch received: what it has not popped is what a checkpoint replays)."""
-        if not self._handed_out:
-            raise RuntimeError("no batch is waiting: next_batch_info() is called once per batch the DataLoader "
-                               "returned, after it returned it")
-        return self._handed_out.popleft().share(self.rank, self.world_size)
+    def _info(self, whole: MixtureBatch) -> MixtureBatch:
+        """This rank's slice of the global batch (`MixtureBatch.share`): what `next_batch_info` returns."""
+        return whole.share(self.rank, self.world_size)
 
     # ------------------------------------------------------------------ feedback
     @keyword_only("loss", renamed={"indices": "batch", "losses": "loss"})
@@ -152,7 +151,7 @@ class MixtureBatchSampler(Sampler[list[int]]):
     def state_dict(self) -> dict:
         """The sampler's state, the batches drawn but not yet received by the loop (global batches, so the state
         resumes on any world size) and the position in the pass."""
-        pending = [*self._handed_out, *self._replay]
+        pending = self._pending()
         return {"mixture": self.mixture.state_dict(), "position": self._position - len(self._handed_out),
                 "pending": [{"indices": b.indices.copy(), "sources": b.sources.copy(), "mixture": b.mixture.copy(),
                              "step": b.step} for b in pending]}
@@ -182,8 +181,8 @@ class MixtureBatchSampler(Sampler[list[int]]):
             self.world.agree(lambda: m.load_state_dict(mixture), "load_state_dict")
             if len(set(self.world.all_gather_objects(state_digest(m.state_dict())))) > 1:
                 raise RuntimeError("the ranks loaded different mixture states; load the same state on every rank")
-        self._handed_out.clear()
-        self._replay, self._position = deque(batches), position
+        self._load_pending(batches)
+        self._position = position
 
 
 def concat_sources(datasets: Sequence[Dataset], **options: Any) -> tuple[ConcatDataset, MixtureSampler]:

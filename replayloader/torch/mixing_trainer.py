@@ -1,7 +1,8 @@
 """MixingTrainer: a Hugging Face `Trainer` whose training batches come from a `MixtureSampler`, whose per-source
 training loss moves the mixture, and whose checkpoints hold the sampler.
 
-Optional module (needs torch, transformers and accelerate). Public Trainer hooks only, no patching:
+Optional module (needs torch, transformers and accelerate); ``replayloader.mixing.hf`` until 1.1 (that path still
+imports, with a DeprecationWarning). Public Trainer hooks only, no patching:
 
 - `get_train_dataloader` builds the train DataLoader around a `MixtureBatchSampler`, over the training set with
   an ``index`` field added to every example (`WithIndex`), so each batch says which dataset examples it holds;
@@ -32,9 +33,9 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import Trainer
 
 from ..distributed.launcher import fork_safe_context
-from ..torch.hf import SaveStateEachCheckpoint, checkpoint_state, cross_entropy_per_example
-from .sampler import MixtureSampler
-from .torch import MixtureBatchSampler
+from ..mixing.sampler import MixtureSampler
+from .hf import SaveStateEachCheckpoint, checkpoint_state, cross_entropy_per_example
+from .mixing import MixtureBatchSampler
 
 INDEX = "index"  # the field every training example gets: its dataset index
 STATE_FILE = "mixture_sampler.npz"  # the sampler's file in a checkpoint folder
