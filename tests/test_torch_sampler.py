@@ -100,6 +100,22 @@ def test_resume_through_a_two_worker_dataloader_continues_identically(stop):
     assert head + tail[: len(whole) - stop] == whole
 
 
+def test_a_state_saved_again_before_the_loaded_batches_are_yielded_still_holds_them():
+    """The batches a checkpoint carried are pending until the loop receives them, also when the loaded sampler
+    is checkpointed again before it iterates (a job stopped right after a resume)."""
+    whole_sampler = PrioritizedBatchSampler(make_sampler())
+    whole = train(whole_sampler, loader_for(whole_sampler, 2), epochs=2)
+    first = PrioritizedBatchSampler(make_sampler())
+    head = train(first, loader_for(first, 2), epochs=2, stop_after=3)
+    assert first.state_dict()["pending"]  # the two workers fetched ahead
+    again = PrioritizedBatchSampler(make_sampler())
+    again.load_state_dict(first.state_dict())
+    resumed = PrioritizedBatchSampler(make_sampler())
+    resumed.load_state_dict(again.state_dict())
+    tail = train(resumed, loader_for(resumed, 2), epochs=2, done=3)
+    assert head + tail[: len(whole) - 3] == whole
+
+
 class TokenDataset(Dataset):
     """A learnable toy task: the label says whether token 3 occurs in the sequence."""
 
