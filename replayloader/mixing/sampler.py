@@ -292,10 +292,7 @@ class MixtureSampler:
         """One dataset whose example i belongs to source ``labels[i]`` (numpy or torch): source k's examples are
         the positions where the label is k. ``num_sources`` defaults to max(labels) + 1; a label outside
         [0, num_sources) or a source without examples is an error. The other options are the constructor's."""
-        arr = to_numpy(labels, "labels")
-        if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
-            raise ValueError(f"labels must be a non-empty 1-D integer array, got dtype {arr.dtype} shape {arr.shape}")
-        arr = arr.astype(np.int64)
+        arr = checks.index_array("labels", labels)
         k = int(arr.max()) + 1 if num_sources is None else checks.integer("num_sources", num_sources, 1)
         bad = np.flatnonzero((arr < 0) | (arr >= k))
         if len(bad):
@@ -393,10 +390,7 @@ class MixtureSampler:
     def _checked(self, batch: Any, loss: Any) -> tuple[np.ndarray, ...]:
         """`feedback`'s checks, in one pass where it can: (indices, losses, and per source: count, loss sum,
         mean loss), or the error it would raise."""
-        idx = to_numpy(batch.indices if isinstance(batch, MixtureBatch) else batch, "indices")
-        if idx.ndim != 1 or idx.size == 0 or idx.dtype.kind not in "iu":
-            raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {idx.dtype} shape {idx.shape}")
-        idx = np.ascontiguousarray(idx, np.int64)
+        idx = checks.index_array("indices", batch.indices if isinstance(batch, MixtureBatch) else batch)
         try:
             values = loss_array(loss, idx.shape)
         except (ValueError, TypeError):

@@ -28,9 +28,8 @@ from ..kernels.rng import permutation, seed_state, uniforms
 from ..strategies.feedback import check_values, read_feedback
 from ..kernels.sampler import OUT_OF_RANGE, apply_feedback, prioritized_draws, resolve_feedback, write_floored
 from ..state.checks import array, counters, field, finite_nonnegative, integer, require, rng_words, check_header
-from .._arrays import to_numpy
 from ..strategies import Initializer, LossValue, MeanWeight, WeightUpdate
-from ..sumtree import SumTree
+from ..sumtree import SAMPLINGS, SumTree
 from .. import _checks as checks
 from .. import schedules
 from ..schedules import LinearSchedule, value_at  # noqa: F401 (LinearSchedule: re-exported from its 0.1 home)
@@ -112,9 +111,7 @@ class PrioritizedSampler:
         self.batch_size = checks.integer("batch_size", batch_size, 1)
         self.alpha = checks.number("alpha", alpha, 0.0)
         self.beta = schedules.check("beta", beta)
-        if sampling not in ("stratified", "independent"):
-            raise ValueError(f"sampling must be 'stratified' or 'independent', got {sampling!r}")
-        self.sampling = sampling
+        self.sampling = checks.one_of("sampling", sampling, SAMPLINGS)
         self.uniform_fraction = checks.number("uniform_fraction", uniform_fraction, 0.0, 1.0)
         self.floor = checks.number("floor", floor, 0.0, low_open=True)
         self.warmup_epochs = checks.integer("warmup_epochs", warmup_epochs, 0)
@@ -337,10 +334,7 @@ class PrioritizedSampler:
         return len(target)
 
     def _check_indices(self, indices: Any) -> np.ndarray:
-        arr = to_numpy(indices, "indices")
-        if arr.ndim != 1 or arr.size == 0 or arr.dtype.kind not in "iu":
-            raise ValueError(f"indices must be a non-empty 1-D integer array, got dtype {arr.dtype} shape {arr.shape}")
-        return np.ascontiguousarray(arr, np.int64)
+        return checks.index_array("indices", indices)
 
     # ------------------------------------------------------------------ introspection, checkpoint
     def settle(self) -> int:

@@ -33,7 +33,6 @@ from torch.utils.data import ConcatDataset, Dataset, IterableDataset, default_co
 
 from .. import _checks as checks
 from .._moved import keyword_only
-from .._arrays import to_numpy
 from ..distributed.group import current_group
 from ..distributed.state_files import state_digest
 from ..state.checks import array, check_header, field, integer, require
@@ -261,10 +260,7 @@ class MixtureIterableDataset(IterableDataset):
         """Per-example training losses (``loss``) with each example's source (the ``sources`` tensor of its
         batch): the rule gets one step. Bad input raises a ValueError naming the argument, and nothing changes.
         1.0's ``feedback(sources, losses)`` still works for one release, with a DeprecationWarning."""
-        src = to_numpy(sources, "sources")
-        if src.ndim != 1 or src.size == 0 or src.dtype.kind not in "iu":
-            raise ValueError(f"sources must be a non-empty 1-D integer array, got dtype {src.dtype} shape {src.shape}")
-        src = src.astype(np.int64)
+        src = checks.index_array("sources", sources)
         bad = np.flatnonzero((src < 0) | (src >= self.mixer.num_sources))
         if len(bad):
             raise ValueError(f"sources must lie in [0, {self.mixer.num_sources}); sources[{bad[0]}] = {src[bad[0]]}")

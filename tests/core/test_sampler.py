@@ -178,7 +178,7 @@ def test_feedback_for_an_index_never_handed_out_is_refused():
     ({"beta": float("nan")}, "beta must be a finite number >= 0"),
     ({"uniform_fraction": 1.5}, r"uniform_fraction must be a finite number >= 0.0 and <= 1.0, got 1.5"),
     ({"floor": 0.0}, "floor must be a finite number > 0"),
-    ({"sampling": "greedy"}, "sampling must be 'stratified' or 'independent'"),
+    ({"sampling": "greedy"}, "sampling must be one of \\('stratified', 'independent'\\)"),
     ({"warmup_epochs": -1}, "warmup_epochs must be an integer >= 0"),
 ])
 def test_bad_configuration_names_the_argument(kwargs, message):
