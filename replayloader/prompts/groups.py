@@ -70,11 +70,7 @@ def read_completions(prompt_indices: Any, rewards: Any, *, group_size: int, num_
 def _read(prompt_indices: Any, rewards: Any, num_prompts: int | None,
           drawn: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """The indices (1-D integers in range, each drawn) and the rewards (numbers, as a float64 copy)."""
-    indices = to_numpy(prompt_indices, "prompt_indices")
-    if indices.ndim != 1 or indices.size == 0 or indices.dtype.kind not in "iu":
-        raise ValueError(f"prompt_indices must be a non-empty 1-D integer array, got dtype {indices.dtype} "
-                         f"shape {indices.shape}")
-    indices = np.ascontiguousarray(indices, np.int64)
+    indices = checks.index_array("prompt_indices", prompt_indices)
     bad = np.flatnonzero((indices < 0) | (indices >= num_prompts if num_prompts is not None else False))
     if len(bad):
         bound = f"in [0, {num_prompts})" if num_prompts is not None else ">= 0"

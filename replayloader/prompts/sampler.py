@@ -156,11 +156,8 @@ class PromptSampler:
             self.label_values = np.zeros(1, np.int64)
             self.bucket_of = np.zeros(n, np.int64)
         else:
-            raw = np.asarray(labels)
-            if raw.shape != (n,) or raw.dtype.kind not in "iu":
-                raise ValueError(f"labels must be {n} integers (one per prompt), got dtype {raw.dtype} shape "
-                                 f"{raw.shape}")
-            self.label_values, self.bucket_of = np.unique(raw.astype(np.int64), return_inverse=True)
+            raw = checks.index_array("labels", labels, length=n, why="one integer per prompt")
+            self.label_values, self.bucket_of = np.unique(raw, return_inverse=True)
             self.bucket_of = self.bucket_of.astype(np.int64).reshape(n)
         self.num_buckets = len(self.label_values)
         order = np.argsort(self.bucket_of, kind="stable")

@@ -133,7 +133,7 @@ def test_a_rule_returning_bad_signals_is_refused():
     ({"prior_strength": 0.0}, r"prior_strength must be a finite number > 0.0, got 0.0"),
     ({"prior_memory": 1.0}, r"prior_memory must be < 1"),
     ({"exploration": 1.5}, r"exploration must be a finite number >= 0.0 and <= 1.0, got 1.5"),
-    ({"labels": [0, 1]}, r"labels must be 10 integers \(one per prompt\)"),
+    ({"labels": [0, 1]}, r"labels must be a 10-long 1-D integer array \(one integer per prompt\)"),
     ({"group_size": 1}, r"group_size must be None or an integer >= 2, got 1"),
     ({"rule": object()}, r"rule must be a PriorityRule"),
     ({"rule": RewardSpread}, r"rule must be a PriorityRule instance, got the class RewardSpread: pass "
