@@ -37,7 +37,7 @@ import numpy as np
 from .sampler import DistributedPrioritizedSampler, RankBatch, described, share_positions
 from .state_files import state_digest
 from ..selection.score_then_select import refresh_values
-from ..selection.rules import Selection, Selector
+from ..selection.rules import Selection, Selector, SelectorLike
 from .._arrays import to_numpy
 
 _HEADER = 9  # status, candidate step, slice length, then the sampler's 6 step words
@@ -55,8 +55,9 @@ class DistributedScoreThenSelect:
                  refresh: bool = True) -> None:
         if not isinstance(sampler, DistributedPrioritizedSampler):
             raise TypeError(f"sampler must be a DistributedPrioritizedSampler, got {type(sampler).__name__}")
-        if not isinstance(selector, Selector):
-            raise TypeError(f"selector must be a Selector, got {type(selector).__name__}")
+        if not isinstance(selector, SelectorLike):
+            raise TypeError(f"selector must be a Selector (or a SelectorLike: rule, score, check_candidates, choose, "
+                            f"choose_split, stats, state_dict, load_state_dict), got {type(selector).__name__}")
         self.shared, self.selector, self.refresh = sampler, selector, bool(refresh)
         self.world, self.rank, self.world_size = sampler.world, sampler.rank, sampler.world_size
         self.world.agree(self._check_sizes, "DistributedScoreThenSelect")

@@ -14,14 +14,14 @@ from .cost import break_even_step_ratio, step_cost_ratio
 from .irreducible import (IrreducibleLosses, IrreducibleModel, ProvenanceMismatch, digest, fit_irreducible,
                           irreducible_losses)
 from .reuse import ReusedPool
-from .rules import (Proportional, ReducibleLoss, Rule, Score, Selection, SelectiveBackprop, Selector, TopK,
-                    TrainingLoss)
+from .rules import (Proportional, ReducibleLoss, Rule, Score, Selection, SelectiveBackprop, Selector, SelectorLike,
+                    TopK, TrainingLoss)
 from .score_then_select import BufferScoreThenSelect, ScoreThenSelect
 from .stale import stale_reducible_sampler, stale_rows
 from .switch import SelectionSwitch
 from .wrapped import WrappedSelector
 
-__all__ = ["Selector", "Selection", "Score", "TrainingLoss", "ReducibleLoss", "Rule", "TopK", "Proportional",
+__all__ = ["Selector", "SelectorLike", "Selection", "Score", "TrainingLoss", "ReducibleLoss", "Rule", "TopK", "Proportional",
            "SelectiveBackprop", "ScoreThenSelect", "BufferScoreThenSelect", "IrreducibleLosses",
            "irreducible_losses", "fit_irreducible", "IrreducibleModel", "ProvenanceMismatch", "digest",
            "ReusedPool", "SelectionSwitch", "WrappedSelector", "stale_reducible_sampler", "stale_rows",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -251,6 +251,32 @@ class SelectiveBackprop(Rule):
 
 
 # ---------------------------------------------------------------------------------------------------- selector
+@runtime_checkable
+class SelectorLike(Protocol):
+    """What the parts that take a selector (`ScoreThenSelect`, `BufferScoreThenSelect`, the DataLoader's candidate
+    sampler, `DistributedScoreThenSelect`) use of it: its ``rule`` (``rule.k`` is n_b) and ``score``, the candidate
+    check, the choice on one batch or on per-rank slices, counters and a checkpoint. `Selector` and its wrappers
+    (`ReusedPool`, `SelectionSwitch`) are the library's; a class of yours with these members is taken as well."""
+
+    rule: Any
+    score: Any
+
+    def check_candidates(self, candidate_size: int, num_examples: int | None = None) -> None: ...
+
+    def choose(self, losses: Any, indices: Any = None, candidate_weights: Any = None,
+               before_commit: Any = None, short_batch: bool = False) -> Selection: ...
+
+    def choose_split(self, losses: Sequence[Any], indices: Sequence[Any] | None = None,
+                     candidate_weights: Sequence[Any] | None = None, before_commit: Any = None,
+                     short_batch: bool = False) -> list[Selection]: ...
+
+    def stats(self) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: Mapping) -> None: ...
+
+
 class Selector:
     """A `Rule` and a `Score` (default `TrainingLoss`) with their generator: ``choose`` picks the rows of one
     scored candidate batch.

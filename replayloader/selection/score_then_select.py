@@ -23,7 +23,7 @@ from ..buffer.protocol import BufferLike
 from ..buffer.replay_buffer import Sample
 from ..loader.replay_loader import ReplayDataLoader
 from ..sampler.prioritized import PrioritizedSampler, SampledBatch
-from .rules import Selection, Selector
+from .rules import Selection, Selector, SelectorLike
 
 
 def refresh_values(scores: np.ndarray) -> np.ndarray:
@@ -42,8 +42,9 @@ class ScoreThenSelect:
     def __init__(self, sampler: PrioritizedSampler, selector: Selector, *, refresh: bool = True) -> None:
         if not isinstance(sampler, PrioritizedSampler):
             raise TypeError(f"sampler must be a PrioritizedSampler, got {type(sampler).__name__}")
-        if not isinstance(selector, Selector):
-            raise TypeError(f"selector must be a Selector, got {type(selector).__name__}")
+        if not isinstance(selector, SelectorLike):
+            raise TypeError(f"selector must be a Selector (or a SelectorLike: rule, score, check_candidates, choose, "
+                            f"choose_split, stats, state_dict, load_state_dict), got {type(selector).__name__}")
         selector.check_candidates(sampler.batch_size, sampler.num_examples)
         self.sampler, self.selector, self.refresh = sampler, selector, bool(refresh)
 
@@ -97,8 +98,9 @@ class BufferScoreThenSelect:
 
     def __init__(self, target: Any, selector: Selector, *, candidate_size: int | None = None,
                  refresh: bool = True) -> None:
-        if not isinstance(selector, Selector):
-            raise TypeError(f"selector must be a Selector, got {type(selector).__name__}")
+        if not isinstance(selector, SelectorLike):
+            raise TypeError(f"selector must be a Selector (or a SelectorLike: rule, score, check_candidates, choose, "
+                            f"choose_split, stats, state_dict, load_state_dict), got {type(selector).__name__}")
         if not isinstance(target, (ReplayDataLoader, BufferLike)):  # any buffer: local, locked, Ray's, yours
             raise TypeError(f"target must be a ReplayDataLoader or a buffer (a BufferLike: sample, feedback, "
                             f"state_dict, ...), got {type(target).__name__}")

@@ -386,3 +386,45 @@ def test_selective_backprops_1_0_beta_is_selectivity_now_with_a_deprecation_warn
     resumed.load_state_dict(state)  # written by 1.0
     assert resumed.choose(np.linspace(0.0, 1.0, 6)).positions.tolist() == \
         selector.choose(np.linspace(0.0, 1.0, 6)).positions.tolist()
+
+
+class LoggingSelector:
+    """A selector of a user's own, not a `Selector` subclass: it delegates to one and records each choice."""
+
+    def __init__(self, inner):
+        self.inner, self.choices = inner, []
+        self.rule, self.score = inner.rule, inner.score
+
+    def check_candidates(self, candidate_size, num_examples=None):
+        self.inner.check_candidates(candidate_size, num_examples)
+
+    def choose(self, losses, indices=None, candidate_weights=None, before_commit=None, short_batch=False):
+        picked = self.inner.choose(losses, indices, candidate_weights, before_commit, short_batch)
+        self.choices.append(picked.positions.tolist())
+        return picked
+
+    def choose_split(self, losses, indices=None, candidate_weights=None, before_commit=None, short_batch=False):
+        return self.inner.choose_split(losses, indices, candidate_weights, before_commit, short_batch)
+
+    def stats(self):
+        return self.inner.stats()
+
+    def state_dict(self):
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state):
+        self.inner.load_state_dict(state)
+
+
+def test_a_selector_of_ones_own_is_taken_by_its_protocol_and_anything_else_is_named():
+    from replayloader.selection import SelectorLike
+
+    own = LoggingSelector(Selector(TopK(3), seed=0))
+    assert isinstance(own, SelectorLike) and isinstance(Selector(TopK(3)), SelectorLike)
+    select = ScoreThenSelect(PrioritizedSampler(40, 8, seed=0), own)
+    candidates = select.next_candidates()
+    losses = np.arange(8, dtype=np.float64)
+    picked = select.choose(candidates, losses)
+    assert own.choices == [picked.positions.tolist()] and sorted(picked.positions.tolist()) == [5, 6, 7]
+    with pytest.raises(TypeError, match=r"selector must be a Selector \(or a SelectorLike: .*\), got TopK"):
+        ScoreThenSelect(PrioritizedSampler(40, 8, seed=0), TopK(3))
