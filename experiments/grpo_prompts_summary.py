@@ -82,10 +82,30 @@ def holm(pvalues: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def at_time(rec: dict, seconds: float, metric: str) -> float:
-    """``metric`` at the last evaluation with ``cpu`` <= ``seconds`` (+ half a step's tolerance at B)."""
-    evals = [e for e in rec["eval"] if e["cpu"] <= seconds + 0.5]
+def at_time(rec: dict, seconds: float, metric: str, clock: str = "cpu") -> float:
+    """``metric`` at the last evaluation with ``clock`` <= ``seconds`` (+ half a second's tolerance, for B)."""
+    evals = [e for e in rec["eval"] if e[clock] <= seconds + 0.5]
     return float(evals[-1][metric]) if evals else math.nan
+
+
+def equal_time(recs: dict, arm: str, seeds: list[int], metric: str, clock: str, budget: float) -> list[tuple]:
+    """Secondary 4: ``arm`` - uniform in ``metric`` at equal time, per fraction f of 1/4, 1/2, 1: on ``cpu`` at
+    f x the budget, on ``clock`` (wall) at f x the pair's shorter run. (f, mean difference, 95% paired-t interval,
+    pairs)."""
+    from scipy import stats
+
+    out = []
+    pairs = [s for s in seeds if ("uniform", s) in recs and (arm, s) in recs]
+    for f in (0.25, 0.5, 1.0):
+        diffs = []
+        for s in pairs:
+            u, a = recs["uniform", s], recs[arm, s]
+            t = f * (budget if clock == "cpu" else min(u["eval"][-1][clock], a["eval"][-1][clock]))
+            diffs.append(at_time(a, t, metric, clock) - at_time(u, t, metric, clock))
+        d = np.asarray(diffs, dtype=float)
+        low, high = (stats.ttest_1samp(d, 0.0).confidence_interval(0.95) if len(d) >= 2 else (math.nan, math.nan))
+        out.append((f, float(d.mean()) if len(d) else math.nan, float(low), float(high), len(d)))
+    return out
 
 
 def zero_share(rec: dict, until_step: int) -> float:
@@ -110,7 +130,8 @@ def summary(runs: Path, seeds: list[int], budget: float = BUDGET) -> str:
                 if rec["end"]:
                     recs[arm, seed] = rec
     arms = [a for a in PRIORITIZED if any((a, s) in recs for s in seeds)]
-    lines = [f"# GRPO prompt study (issue 39): summary from `{runs}`", "",
+    shown = runs.resolve().relative_to(REPO) if runs.resolve().is_relative_to(REPO) else runs
+    lines = [f"# GRPO prompt study (issue 39): summary from `{shown}`", "",
              f"Target: `{METRIC}` >= {TARGET} (mean of {WINDOW} consecutive evaluations); budget {budget:g} training "
              f"CPU s; seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}); finished runs: "
              + ", ".join(f"{a} {sum((a, s) in recs for s in seeds)}" for a in ("uniform", *arms)), ""]
@@ -154,6 +175,15 @@ def summary(runs: Path, seeds: list[int], budget: float = BUDGET) -> str:
             lines.append(f"- {arm}: ratio {t['ratio']:.3f}, Holm-adjusted p: t {adj_t[arm]:.3g}, sign-flip "
                          f"{adj_f[arm]:.3g}, {t['n']} of {len(seeds)} pairs: **{status}**")
         lines.append("")
+    lines += ["## Secondary 4: held-out accuracy at equal time (arm - uniform, paired t 95% CI)", "",
+              "| arm | metric | clock | at 1/4 | at 1/2 | at 1 | pairs |", "|---|---|---|---:|---:|---:|---:|"]
+    for arm in arms:
+        for metric in (METRIC, "acc_d5"):
+            for clock, what in (("cpu", f"CPU, x {budget:g} s"), ("clock", "wall, x the pair's shorter run")):
+                cells = equal_time(recs, arm, seeds, metric, clock, budget)
+                lines.append(f"| {arm} | {metric} | {what} | " + " | ".join(
+                    f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]" for _, m, lo, hi, _ in cells) + f" | {cells[0][4]} |")
+    lines.append("")
     lines += ["## Secondaries 3-5 (per arm: mean over its finished runs)", "",
               "| arm | runs | zero-variance share before the target | acc_2_5 at B/4, B/2, B | acc_d5 at B/4, B/2, B "
               "| sampler CPU share |", "|---|---:|---:|---:|---:|---:|"]

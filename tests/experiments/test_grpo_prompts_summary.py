@@ -63,6 +63,8 @@ def test_verdict_waits_for_every_pair_and_counts_censored_runs(tmp_path):
     assert "dapo: fewer than 2 pairs" in text
     assert "| 1 | 40 | 20 (censored) | 0.500 |" in text
     assert "- learnability: ratio 0.500" in text and "3 of 4 pairs: **PARTIAL: not a verdict**" in text
+    # secondary 4 at B/4 = 12.5 CPU s: evaluation 1 (10 s), 0.86 against 0.80 in every pair
+    assert "| learnability | acc_2_5 | CPU, x 50 s | +0.060 [" in text
     complete = summary.summary(tmp_path, [1, 2, 3], budget=50.0)
     # three pairs cannot reach p < 0.01: the smallest exact sign-flip p is 1/8
     assert "3 of 3 pairs: **not shown**" in complete
