@@ -1,8 +1,8 @@
 """The per-step hot paths, each beside the peer a user would otherwise reach for, in one command.
 
-    python bench/hot_paths.py                                   # this checkout
-    python bench/hot_paths.py --against /tmp/old                # paired before/after: another checkout's code
-    python bench/hot_paths.py --against /tmp/old --out results/hot_paths/mixing.md
+    python -m bench.hot_paths                                   # this checkout
+    python -m bench.hot_paths --against /tmp/old                # paired before/after: another checkout's code
+    python -m bench.hot_paths --against /tmp/old --out results/hot_paths/mixing.md
 
 What a row times is one training step's share of the library: for `MixtureSampler`, ``next_batch()`` plus
 ``feedback(batch, loss=...)`` with the loss as a torch tensor (as a training loop sends it); for its peers,
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     for _, w in sides:
         w.close()
 
-    command = "python bench/hot_paths.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    command = "python -m bench.hot_paths " + shlex.join(sys.argv[1:] if argv is None else argv)
     v = after.versions
     lines = ["# Hot paths beside their peers", "",
              f"Command: `{command}`  ",
