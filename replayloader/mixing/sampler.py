@@ -20,7 +20,7 @@ All arguments are checked before anything changes.
 What a step costs: a few compiled passes over the batch (`kernels.mixing`: the slots' sources, the examples each
 source hands out, the feedback's checks and per-source sums) and, with ``within="prioritized"``, one call each
 way into the sources' `PrioritizedSampler`s together (`sampler.groups.SamplerGroup`), never one per example;
-``python bench/hot_paths.py`` times it beside torch's ``RandomSampler``. Those passes make the very draws the
+``python -m bench.hot_paths`` times it beside torch's ``RandomSampler``. Those passes make the very draws the
 numpy forms made (tests/mixing/test_reference.py).
 
 Every random number comes from the sampler's own generator (`kernels.rng`), whose four words are checkpointed, so
