@@ -43,15 +43,23 @@ def test_the_baselines(monkeypatch, tmp_path, capsys):
     assert out[1] == "[False  True]"
 
 
-def test_the_trl_trainer(monkeypatch, tmp_path, capsys):
+def run_trl_blocks(monkeypatch, tmp_path, *then):
+    """The TRL section's block (and then the blocks after ``then``, in its namespace) on one torch thread."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("trl")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         ns = run_block("## With TRL: PrioritizedGRPOTrainer", monkeypatch, tmp_path)
+        for after in then:
+            exec(compile(block("docs/prompts.md", after), f"docs/prompts.md {after}", "exec"), ns)
     finally:
         torch.set_num_threads(threads)
+    return ns
+
+
+def test_the_trl_trainer(monkeypatch, tmp_path, capsys):
+    ns = run_trl_blocks(monkeypatch, tmp_path)
     calls, trl_share, sampler_share = capsys.readouterr().out.splitlines()[-1].split()
     assert int(calls) == 8 and float(trl_share) == float(sampler_share)
     assert (tmp_path / "grpo-out" / "checkpoint-4" / "prompt_sampler.npz").is_file()
@@ -64,16 +72,7 @@ def test_the_trl_trainer(monkeypatch, tmp_path, capsys):
 
 
 def test_the_dapo_trainer_runs_on_the_trl_sections_objects(monkeypatch, tmp_path, capsys):
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("trl")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        ns = run_block("## With TRL: PrioritizedGRPOTrainer", monkeypatch, tmp_path)
-        exec(compile(block("docs/prompts.md", "### DAPO inside TRL: DynamicSamplingGRPOTrainer"),
-                     "docs/prompts.md DAPO", "exec"), ns)
-    finally:
-        torch.set_num_threads(threads)
+    ns = run_trl_blocks(monkeypatch, tmp_path, "### DAPO inside TRL: DynamicSamplingGRPOTrainer")
     stats = ns["dynamic"].stats()
     assert stats["kept"] == 16 and stats["groups"] == stats["kept"] + stats["dropped"] + stats["trimmed"]
     assert capsys.readouterr().out.splitlines()[-1] == f"{stats['groups']} groups generated, 16 trained on"

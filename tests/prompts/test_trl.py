@@ -13,14 +13,7 @@ from replayloader.distributed import state_digest  # noqa: E402
 from replayloader.prompts import PrioritizedGRPOTrainer, PromptSampler, RewardSpread  # noqa: E402
 
 from . import tiny_grpo as tiny  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from .tiny_grpo import one_thread  # noqa: E402,F401 (autouse: one torch thread per test)
 
 
 def trainer(out, reward, *, sampler=None, feedback_reward=None, **options) -> PrioritizedGRPOTrainer:

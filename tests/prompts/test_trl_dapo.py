@@ -14,14 +14,7 @@ from replayloader.prompts import DynamicSampling, DynamicSamplingGRPOTrainer  # 
 from replayloader.prompts.trl_dapo import _joined, _rows  # noqa: E402
 
 from . import tiny_grpo as tiny  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from .tiny_grpo import one_thread  # noqa: E402,F401 (autouse: one torch thread per test)
 
 
 class Recording(DynamicSamplingGRPOTrainer):

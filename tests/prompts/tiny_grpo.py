@@ -5,11 +5,21 @@ runs whatever the model generates."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from datasets import Dataset
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from trl import GRPOConfig
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread for a test's tiny GRPO run (as the study's runs), the previous count restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 VOCAB = {"<pad>": 0, "<eos>": 1, **{c: i + 2 for i, c in enumerate("0123456789+=")}}
 
