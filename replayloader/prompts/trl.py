@@ -111,6 +111,23 @@ def feedback_values(trainer: GRPOTrainer, rewards: torch.Tensor, column: int | N
     return values, source
 
 
+def fitted_sampler(trainer: GRPOTrainer, name: str, sampler: Any, kind: type, unit: str, hint: str = "") -> Any:
+    """``sampler`` (the trainer's argument ``name``) if it is a ``kind`` over the trainer's ``train_dataset`` with
+    one generation batch's ``generation_batch_size // num_generations`` prompts a draw; else the error naming the
+    argument, the value and (``hint``) what to build. ``unit``: what the batch's rows are called in the message."""
+    if not isinstance(sampler, kind):
+        raise TypeError(f"{name} must be a {kind.__name__}, got {type(sampler).__name__}")
+    num_prompts = len(trainer.train_dataset)
+    chunk = trainer.args.generation_batch_size // trainer.num_generations
+    if sampler.num_prompts != num_prompts:
+        raise ValueError(f"{name}.num_prompts is {sampler.num_prompts} but train_dataset has {num_prompts} rows")
+    if sampler.batch_size != chunk:
+        raise ValueError(f"{name}.batch_size is {sampler.batch_size} but a generation batch holds {chunk} {unit} "
+                         f"(generation_batch_size {trainer.args.generation_batch_size} // num_generations "
+                         f"{trainer.num_generations}){hint}")
+    return sampler
+
+
 class PrioritizedGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` whose prompts come from a `PromptSampler`, fed by each generation batch's rewards.
 
@@ -165,16 +182,8 @@ class PrioritizedGRPOTrainer(GRPOTrainer):
         chunk = self.args.generation_batch_size // self.num_generations
         if prompt_sampler is None:
             prompt_sampler = PromptSampler(num_prompts, chunk, group_size=self.num_generations, seed=self.args.seed)
-        if not isinstance(prompt_sampler, PromptSampler):
-            raise TypeError(f"prompt_sampler must be a PromptSampler, got {type(prompt_sampler).__name__}")
-        if prompt_sampler.num_prompts != num_prompts:
-            raise ValueError(f"prompt_sampler.num_prompts is {prompt_sampler.num_prompts} but train_dataset has "
-                             f"{num_prompts} rows")
-        if prompt_sampler.batch_size != chunk:
-            raise ValueError(f"prompt_sampler.batch_size is {prompt_sampler.batch_size} but a generation batch holds "
-                             f"{chunk} prompts (generation_batch_size {self.args.generation_batch_size} // "
-                             f"num_generations {self.num_generations}): build PromptSampler({num_prompts}, {chunk}, "
-                             f"group_size={self.num_generations}, ...)")
+        fitted_sampler(self, "prompt_sampler", prompt_sampler, PromptSampler, "prompts",
+                       f": build PromptSampler({num_prompts}, {chunk}, group_size={self.num_generations}, ...)")
         # Under DDP this checks that every rank built the same sampler (a collective).
         self.prompt_sampler = GRPOPromptSampler(prompt_sampler, num_generations=self.num_generations,
                                                 repeat_count=self.num_iterations * self.args.steps_per_generation,

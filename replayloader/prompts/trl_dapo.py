@@ -36,7 +36,7 @@ from trl import GRPOTrainer
 
 from ..torch.hf import SaveStateEachCheckpoint, checkpoint_state
 from .baselines import DynamicSampling
-from .trl import feedback_column, feedback_values
+from .trl import feedback_column, feedback_values, fitted_sampler
 
 STATE_FILE = "dynamic_sampling.npz"  # the sampler's file in a checkpoint folder
 WARN_EVERY = 100  # rounds of one batch between warnings when max_rounds is None (it may never fill)
@@ -102,15 +102,7 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
         if dynamic_sampling is None:
             dynamic_sampling = DynamicSampling(num_prompts, chunk, group_size=self.num_generations,
                                                seed=self.args.seed)
-        if not isinstance(dynamic_sampling, DynamicSampling):
-            raise TypeError(f"dynamic_sampling must be a DynamicSampling, got {type(dynamic_sampling).__name__}")
-        if dynamic_sampling.num_prompts != num_prompts:
-            raise ValueError(f"dynamic_sampling.num_prompts is {dynamic_sampling.num_prompts} but train_dataset has "
-                             f"{num_prompts} rows")
-        if dynamic_sampling.batch_size != chunk:
-            raise ValueError(f"dynamic_sampling.batch_size is {dynamic_sampling.batch_size} but a generation batch "
-                             f"holds {chunk} groups (generation_batch_size {self.args.generation_batch_size} // "
-                             f"num_generations {self.num_generations})")
+        fitted_sampler(self, "dynamic_sampling", dynamic_sampling, DynamicSampling, "groups")
         if dynamic_sampling.group_size not in (None, self.num_generations):
             raise ValueError(f"dynamic_sampling.group_size is {dynamic_sampling.group_size} but num_generations is "
                              f"{self.num_generations}")
