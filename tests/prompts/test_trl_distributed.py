@@ -27,7 +27,7 @@ JOBS = Path(__file__).with_name("trl_jobs.py")
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory) -> list[dict]:
     out = tmp_path_factory.mktemp("trl_ddp")
-    found = launch(accelerate_command(), out, [], script=JOBS)
+    found = launch(accelerate_command(), out, [], script=JOBS, clean_exit=True)
     assert (out / "a" / f"checkpoint-{SAVE_AT}" / "prompt_sampler.npz").is_file()
     return found
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from replayloader.distributed import state_digest
+from replayloader.distributed import shutdown, state_digest
 from replayloader.prompts import PrioritizedGRPOTrainer, PromptSampler
 from tests.prompts import tiny_grpo as tiny
 
@@ -47,9 +47,7 @@ def main() -> None:
     report["resumed_completions"] = resumed_reward.completions
     report["resumed_digest"] = state_digest(resumed.prompt_sampler.state_dict())
     (out / f"report-{rank}.json").write_text(json.dumps(report))
-    resumed.accelerator.wait_for_everyone()
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    shutdown()  # barrier, destroy, gloo's workers parked: a bare destroy_process_group aborted a rank at exit in CI
 
 
 if __name__ == "__main__":
