@@ -36,7 +36,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
 SIZES = [40_000, 30_000, 20_000, 10_000]
-RUN_CODE = ("replayloader/mixing", "replayloader/sampler", "replayloader/kernels", "replayloader/strategies")
+RUN_CODE = ("replayloader/mixing", "replayloader/sampler", "replayloader/kernels", "replayloader/strategies",
+            "replayloader/prompts")
 REPEAT_SECONDS = 0.03  # one timed repeat lasts about this long (steps per repeat are calibrated once per worker)
 
 
@@ -92,6 +93,25 @@ def _random_sampler(batch: int):
     return make
 
 
+def _prompts(n: int, batch: int):
+    """One generation batch of `PromptSampler` (draw + feedback of 8 completions a prompt, 0/1 rewards at pass
+    rate 0.5), with difficulty labels, staleness and retests on, as `bench/bench_prompts.py` times it. The rewards
+    are drawn once (a fresh draw per step would time numpy's generator, not the sampler)."""
+    def make():
+        import numpy as np
+        from replayloader.prompts import PromptSampler
+
+        sampler = PromptSampler(n, batch, group_size=8, labels=np.arange(n) % 5, stale_after=50, retest_every=4,
+                                seed=0)
+        rewards = (np.random.default_rng(0).random((batch, 8)) < 0.5).astype(float)
+
+        def step():
+            sampler.feedback(sampler.next_batch().indices, rewards=rewards)
+
+        return step
+    return make
+
+
 # name -> (group, how to build its step, whether it runs replayloader code: then it runs on both sides)
 ROWS = {}
 for _b in (64, 256):
@@ -100,6 +120,8 @@ for _b in (64, 256):
     ROWS[f"MixtureSampler prioritized, batch {_b}"] = (f"mixing {_b}", _mixing("prioritized", _b), True)
     ROWS[f"peer: PrioritizedSampler (one, N = 100k), batch {_b}"] = (f"mixing {_b}", _prioritized_sampler(_b), True)
     ROWS[f"peer: torch BatchSampler(RandomSampler), batch {_b}"] = (f"mixing {_b}", _random_sampler(_b), False)
+for _b in (16, 64, 256):
+    ROWS[f"PromptSampler N = 1e6, generation batch {_b} prompts"] = ("prompts", _prompts(1_000_000, _b), True)
 
 
 # ----------------------------------------------------------------------------------------------- worker
