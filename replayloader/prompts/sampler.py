@@ -35,6 +35,8 @@ A_i, one per bucket over the c_i, one over the active prompts (with the retest q
 ``stale_after``, a min tree of when each record next decays. A draw picks a tree by its mass (a bucket's is
 prior_b × its sum) and descends it; a bucket's prior can change every step without touching a leaf; a feedback
 call rewrites only the leaves of the prompts it measured and of the records that decayed since the last call.
+A batch's draws and a feedback call's bookkeeping each run in one compiled kernel (`kernels.prompts`), so a call
+costs O(B log N) for a batch of B prompts and nothing of length N.
 
 **The clock** is the policy step: each feedback call advances it by 1 (one generation), or to ``policy_step=``
 when given (e.g. the trainer's global step). Ages and retests count policy steps.
@@ -51,16 +53,15 @@ from typing import Any
 import numpy as np
 
 from .. import _checks as checks
-from ..kernels.rng import seed_state, uniforms
+from ..kernels import prompts as kernels
+from ..kernels.rng import seed_state
 from ..state.atomic import sha256_bytes
 from ..state.checks import array, check_header, counters, finite_nonnegative, integer, number, require, rng_words
-from ..sumtree import SumTree
 from .groups import read_groups
 from .rules import Learnability, PriorityRule
+from .trees import PromptTrees
 
 STATE_VERSION = 1
-MAX_HALVINGS = 30  # a record this many staleness periods old is forgotten: its priority is the prior's
-_BELOW_ONE = float(np.nextafter(1.0, 0.0))
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,8 +79,15 @@ class PromptBatch:
         return len(self.indices)
 
 
-def _tree(capacity: int, *, keys: bool = False) -> SumTree:
-    return SumTree(max(1, capacity), min_priority=False, min_key=keys, raw_sum=False)
+class _EverDrawn:
+    """Whether prompts were ever drawn, read only at the indices a feedback call names (`read_groups`'s
+    ``drawn``): a mask of all N prompts would cost O(N) per call."""
+
+    def __init__(self, last_drawn: np.ndarray) -> None:
+        self.last_drawn = last_drawn
+
+    def __getitem__(self, indices: np.ndarray) -> np.ndarray:
+        return self.last_drawn[indices] >= 0
 
 
 class PromptSampler:
@@ -143,10 +151,7 @@ class PromptSampler:
         self.solved_reward = checks.number("solved_reward", solved_reward)
         self.seed = checks.integer("seed", seed, 0)
         self._set_labels(labels)
-        self._data = _tree(n)
-        self._prior_trees = [_tree(len(m)) for m in self.members]
-        self._active = _tree(n, keys=True)
-        self._due = _tree(n, keys=True) if self.stale_after is not None else None
+        self._trees = PromptTrees(n, [len(m) for m in self.members], stale=self.stale_after is not None)
         self._reset(seed_state(self.seed))
 
     def _set_labels(self, labels: Any) -> None:
@@ -163,6 +168,7 @@ class PromptSampler:
         order = np.argsort(self.bucket_of, kind="stable")
         starts = np.searchsorted(self.bucket_of[order], np.arange(self.num_buckets + 1))
         self.members = [order[starts[b]:starts[b + 1]] for b in range(self.num_buckets)]
+        self._member_order, self._member_start = order.astype(np.int64), starts[:-1].astype(np.int64)
         self.position = np.empty(n, np.int64)  # where prompt i sits in its bucket's tree
         for members in self.members:
             self.position[members] = np.arange(len(members))
@@ -190,13 +196,6 @@ class PromptSampler:
         self._rebuild()
 
     # ------------------------------------------------------------------ priorities
-    def _decay(self, idx: np.ndarray) -> np.ndarray:
-        """d of each record at the current clock: 1, or 2^-⌊age / stale_after⌋ (0 once forgotten)."""
-        if self.stale_after is None:
-            return np.ones(len(idx))
-        halvings = np.maximum(self.clock - self.measured_at[idx], 0) // self.stale_after
-        return np.where(halvings < MAX_HALVINGS, np.ldexp(1.0, -np.minimum(halvings, MAX_HALVINGS)), 0.0)
-
     def prior_values(self) -> np.ndarray:
         """Each bucket's current prior (one value without ``labels``)."""
         if not self.learn_prior:
@@ -204,57 +203,25 @@ class PromptSampler:
         known = self.bucket_weight > 0
         return np.where(known, self.bucket_sum / np.where(known, self.bucket_weight, 1.0), self.prior)
 
-    def _leaves(self, idx: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The trees' leaves of prompts ``idx``: A, c, active (1/0), retest key, next decay step."""
-        d = self._decay(idx)
-        g, s = d * self.groups[idx], d * self.signal_sum[idx]
-        denominator = g + self.prior_strength
-        live = ~self.retired[idx]
-        a = np.where(live, s / denominator, 0.0)
-        c = np.where(live, self.prior_strength / denominator, 0.0)
-        judged = live & (g > 0) & (s == 0)
-        key = np.where(judged, self.last_tested[idx].astype(np.float64), np.inf)
-        due = np.full(len(idx), np.inf)
-        if self.stale_after is not None:
-            measured = live & (self.measured_at[idx] >= 0)
-            halvings = np.maximum(self.clock - self.measured_at[idx], 0) // self.stale_after
-            pending = measured & (halvings < MAX_HALVINGS)
-            due[pending] = (self.measured_at[idx] + self.stale_after * (halvings + 1))[pending]
-        return a, c, live.astype(np.float64), key, due
+    def _record_args(self) -> tuple:
+        """The kernels' record arguments, in their order (the arrays are read at each call: `load_state_dict`
+        replaces them)."""
+        return (self.clock, self.prior_strength, self.stale_after or 0, self.groups, self.signal_sum,
+                self.measured_at, self.last_tested, self.retired)
 
     def _refresh(self, idx: np.ndarray) -> None:
-        """Rewrite every tree's leaves of the (distinct) prompts ``idx`` from their records."""
-        a, c, live, key, due = self._leaves(idx)
-        self._data.set(idx, a)
-        buckets = self.bucket_of[idx]
-        for b in np.unique(buckets):
-            mine = buckets == b
-            self._prior_trees[b].set(self.position[idx[mine]], c[mine])
-        self._active.set(idx, live, keys=key)
-        if self._due is not None:
-            self._due.set(idx, np.zeros(len(idx)), keys=due)
+        """Rewrite every tree's leaves of the prompts ``idx`` from their records."""
+        kernels.refresh(idx, *self._record_args(), self.bucket_of, self.position, *self._trees.arrays())
 
     def _rebuild(self) -> None:
-        for tree in (self._data, self._active, self._due, *self._prior_trees):
-            if tree is not None:
-                tree.clear()
-        self._refresh(np.arange(self.num_prompts))
-
-    def _hide(self, i: int) -> None:
-        """Take prompt i out of every draw until `_refresh` (the places of a batch are distinct)."""
-        one = np.array([i], np.int64)
-        self._data.set(one, 0.0)
-        self._prior_trees[self.bucket_of[i]].set(self.position[one], 0.0)
-        self._active.set(one, 0.0, keys=np.inf)
+        kernels.rebuild(*self._record_args(), self.bucket_of, self.position, *self._trees.arrays())
 
     def priorities(self, indices: Any = None) -> np.ndarray:
         """Each prompt's priority as the trees hold it (0 for a retired one), for all N or the given indices."""
         idx = np.arange(self.num_prompts) if indices is None else np.asarray(indices, np.int64)
-        c = np.empty(len(idx))
-        for b in range(self.num_buckets):
-            mine = self.bucket_of[idx] == b
-            c[mine] = self._prior_trees[b].get(self.position[idx[mine]])
-        return self._data.get(idx) + c * self.prior_values()[self.bucket_of[idx]]
+        buckets = self.bucket_of[idx]
+        c = self._trees.prior_leaves(buckets, self.position[idx])
+        return self._trees.data_leaves(idx) + c * self.prior_values()[buckets]
 
     def probabilities(self, indices: Any = None) -> np.ndarray:
         """P(i) of the next single draw (a batch's first prioritized place), for all N or the given indices."""
@@ -273,7 +240,7 @@ class PromptSampler:
     def next_batch(self) -> PromptBatch:
         """The next ``batch_size`` prompts. Raises a RuntimeError when retirement left fewer than ``batch_size``
         active prompts (a batch's prompts are distinct)."""
-        active = int(round(self._active.total))
+        active = self._trees.active_count()
         if active < self.batch_size:
             raise RuntimeError(f"next_batch needs batch_size={self.batch_size} distinct active prompts but only "
                                f"{active} of {self.num_prompts} are active (the others were retired after "
@@ -283,49 +250,24 @@ class PromptSampler:
 
     def sample(self, k: int) -> PromptBatch:
         """``k`` distinct prompts: retests first when this batch is due for them, then draws by priority."""
-        active = int(round(self._active.total))
+        active = self._trees.active_count()
         k = checks.integer("k", k, 1, max(1, active), why=f"{active} of {self.num_prompts} prompts are not retired"
                            ", and a batch's prompts are distinct")
         if active == 0:
             raise RuntimeError("every prompt is retired: nothing left to draw")
-        chosen: list[int] = []
-        if self.retest_every is not None and self.step % self.retest_every == 0:
-            while len(chosen) < min(self.retest_size, k) and self._active.min_key() < np.inf:
-                chosen.append(self._active.argmin())
-                self._hide(chosen[-1])
-        retests = len(chosen)
-        u = uniforms(self.rng_state, 2 * (k - retests))
-        priors = self.prior_values()
-        for j in range(k - retests):
-            chosen.append(self._draw_one(u[2 * j], u[2 * j + 1], priors))
-            self._hide(chosen[-1])
-        indices = np.array(chosen, np.int64)
-        self.last_tested[indices[:retests]] = self.clock
-        self.last_drawn[indices] = self.step
-        self._refresh(indices)
+        due = self.retest_every is not None and self.step % self.retest_every == 0
+        indices = np.empty(k, np.int64)
+        retests, explored = kernels.draw(
+            self.rng_state, min(self.retest_size, k) if due else 0, self.exploration, self.prior_values(), indices,
+            self.clock, self.step, self.prior_strength, self.stale_after or 0, self.groups, self.signal_sum,
+            self.measured_at, self.last_tested, self.last_drawn, self.retired, self.bucket_of, self.position,
+            self._member_order, self._member_start, *self._trees.arrays())
         batch = PromptBatch(indices, np.arange(k) < retests, self.step, self.clock)
         self.step += 1
         self.counters["drawn"] += k
         self.counters["retests"] += retests
+        self.counters["exploration_draws"] += explored
         return batch
-
-    def _draw_one(self, u_mix: float, u_pick: float, priors: np.ndarray) -> int:
-        masses = [self._data.total] + [float(p) * tree.total for p, tree in zip(priors, self._prior_trees)]
-        total = sum(masses)
-        if u_mix < self.exploration or not total > 0:
-            self.counters["exploration_draws"] += 1
-            return int(self._active.sample(np.array([u_pick]), stratified=False)[0])
-        target = u_pick * total
-        last = max(j for j, mass in enumerate(masses) if mass > 0)  # rounding never walks past the last mass
-        part = 0
-        while part < last and (masses[part] <= 0 or target >= masses[part]):
-            target -= masses[part]
-            part += 1
-        fraction = min(max(target / masses[part], 0.0), _BELOW_ONE)
-        if part == 0:
-            return int(self._data.sample(np.array([fraction]), stratified=False)[0])
-        slot = self._prior_trees[part - 1].sample(np.array([fraction]), stratified=False)[0]
-        return int(self.members[part - 1][slot])
 
     # ------------------------------------------------------------------ feedback
     def feedback(self, prompt_indices: Any, *, rewards: Any, policy_step: int | None = None) -> int:
@@ -344,7 +286,7 @@ class PromptSampler:
         """
         idx, values = read_groups(prompt_indices, rewards, group_size=self.group_size, binary=self.rule.binary,
                                   rule_name=type(self.rule).__name__, num_prompts=self.num_prompts,
-                                  drawn=self.last_drawn >= 0)
+                                  drawn=_EverDrawn(self.last_drawn))
         order = np.argsort(idx, kind="stable")
         again = np.flatnonzero(idx[order][1:] == idx[order][:-1])
         if len(again):
@@ -360,48 +302,27 @@ class PromptSampler:
             "policy_step", policy_step, self.clock, why=f"the last feedback was at policy step {self.clock}")
         # Everything is checked: from here on the sampler changes.
         self.clock = now
-        distinct = np.unique(idx)
-        d = self._decay(distinct)
-        for column in (self.groups, self.attempts, self.successes, self.signal_sum):
-            column[distinct] *= d
-        np.add.at(self.groups, idx, 1.0)
-        np.add.at(self.attempts, idx, float(values.shape[1]))
-        np.add.at(self.successes, idx, values.sum(axis=1))
-        np.add.at(self.signal_sum, idx, signals)
-        self.measured_at[distinct] = now
-        self.last_tested[distinct] = now
         solved = (values >= self.solved_reward).all(axis=1)
-        self.streak[idx] = np.where(solved, self.streak[idx] + 1, 0)  # idx is distinct (checked above)
-        if self.retire_after is not None:
-            newly = distinct[(self.streak[distinct] >= self.retire_after) & ~self.retired[distinct]]
-            self.retired[newly] = True
-            self.counters["retired"] += len(newly)
+        self.counters["retired"] += kernels.record_groups(
+            idx, float(values.shape[1]), values.sum(axis=1), signals, solved, now, self.stale_after or 0,
+            self.retire_after or 0, self.groups, self.attempts, self.successes, self.signal_sum, self.measured_at,
+            self.last_tested, self.streak, self.retired)
         if self.learn_prior:
-            buckets = self.bucket_of[idx]
-            present = np.unique(buckets)
-            self.bucket_sum[present] *= self.prior_memory
-            self.bucket_weight[present] *= self.prior_memory
-            np.add.at(self.bucket_sum, buckets, signals)
-            np.add.at(self.bucket_weight, buckets, 1.0)
+            kernels.learn_priors(self.bucket_of[idx], signals, self.prior_memory, self.bucket_sum, self.bucket_weight)
         zero = int((values == values[:, :1]).all(axis=1).sum())
         self.counters["feedback_calls"] += 1
         self.counters["groups"] += len(idx)
         self.counters["zero_variance_groups"] += zero
         self.last_zero_variance = zero / len(idx)
-        self._decay_due(distinct)
-        self._refresh(distinct)
+        self._refresh(idx)
+        self._refresh_decayed()
         return len(idx)
 
-    def _decay_due(self, skip: np.ndarray) -> None:
-        """Rewrite the leaves of every record whose weight halved since the last call (the min tree says which)."""
-        if self._due is None:
-            return
-        due: list[int] = []
-        while self._due.min_key() <= self.clock:
-            due.append(self._due.argmin())
-            self._due.set(np.array(due[-1:], np.int64), 0.0, keys=np.inf)
-        if due:
-            self._refresh(np.setdiff1d(np.array(due, np.int64), skip))
+    def _refresh_decayed(self) -> None:
+        """Rewrite the leaves of every record whose weight halved since its leaves were written (the decay tree
+        says which). Called after the fed prompts are refreshed, so none of them is due."""
+        if self.stale_after is not None:
+            self._refresh(kernels.decayed(self._trees.due, self._trees.n_leaves, self.clock))
 
     # ------------------------------------------------------------------ introspection
     def pass_rates(self) -> np.ndarray:
@@ -414,7 +335,7 @@ class PromptSampler:
         """A boolean mask of length N (not indices): True for the active prompts judged solved or unsolved,
         measured with every measured group giving no signal (the retest queue). ``np.flatnonzero`` gives their
         indices."""
-        return np.isfinite(self._active.get_keys(np.arange(self.num_prompts)))
+        return np.isfinite(self._trees.retest_keys(np.arange(self.num_prompts)))
 
     def stats(self) -> dict[str, Any]:
         """Counters, the share of zero-variance groups in the last feedback call (TRL's ``frac_reward_zero_std``)
@@ -423,7 +344,7 @@ class PromptSampler:
         return {"step": self.step, "policy_step": self.clock, **self.counters,
                 "frac_zero_variance": self.last_zero_variance,
                 "frac_zero_variance_total": self.counters["zero_variance_groups"] / groups if groups else 0.0,
-                "active": int(round(self._active.total)), "judged": int(self.judged().sum()),
+                "active": self._trees.active_count(), "judged": int(self.judged().sum()),
                 "measured": int((self.measured_at >= 0).sum()), "priors": self.prior_values().tolist()}
 
     # ------------------------------------------------------------------ checkpoint
