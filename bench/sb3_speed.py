@@ -2,6 +2,7 @@
 
     python -m bench.sb3_speed                                 # sizes 1e4 1e5 1e6, 5 paired repeats, 15k steps
     python -m bench.sb3_speed --sizes 10000 --repeats 2 --steps 2000 --out /tmp/x.md   # a quick look
+    python -m bench.sb3_speed --against /tmp/before --out /tmp/x.md   # PrioritizedDQN here vs another checkout
 
 Why paired and alternated: the machine this was written on is shared with other long jobs, so its speed drifts
 over minutes. Each repeat runs both arms back to back with the same seed and settings, the order alternating
@@ -13,16 +14,23 @@ on CartPole-v1, one torch thread, CPU. Only ``model.learn`` is timed (model cons
 buffer, is not). Each arm runs once untimed first (numba and torch warm-up). With ``--steps`` transitions, a
 buffer larger than that is never full: its size changes the tree's depth and the arrays' footprint, not how
 many transitions are sampled from.
+
+``--against DIR`` measures a change instead: the arms become `PrioritizedDQN` of this checkout and of the
+checkout DIR (say a ``git worktree`` of the commit before), each in its own worker process that imports
+``replayloader`` from its checkout, asked in turn (never both at once), paired and alternated as above.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import platform
+import os
 import shlex
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +41,7 @@ from stable_baselines3 import DQN
 from replayloader.sb3 import PrioritizedDQN
 
 ARMS = {"uniform": DQN, "prioritized": PrioritizedDQN}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_once(arm: str, buffer_size: int, steps: int, seed: int, device: str = "cpu") -> tuple[float, float]:
@@ -41,6 +50,51 @@ def run_once(arm: str, buffer_size: int, steps: int, seed: int, device: str = "c
     wall, cpu = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=steps)
     return time.perf_counter() - wall, time.process_time() - cpu
+
+
+class CheckoutWorker:
+    """`PrioritizedDQN` of another checkout, timed in a process of its own: this file run as a script with that
+    checkout first on the path, answering one line per timed run."""
+
+    def __init__(self, checkout: Path, device: str) -> None:
+        env = dict(os.environ, PYTHONPATH=str(checkout))
+        self.process = subprocess.Popen([sys.executable, __file__, "--serve", "--device", device], cwd=checkout,
+                                        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.source = self._answer()  # the replayloader it imported, sent once warmed up
+
+    def _answer(self) -> str:
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the worker of {self.process.args} ended early (exit {self.process.wait()})")
+        return line.strip()
+
+    def __call__(self, buffer_size: int, steps: int, seed: int) -> tuple[float, float]:
+        self.process.stdin.write(f"{buffer_size} {steps} {seed}\n")
+        self.process.stdin.flush()
+        wall, cpu = self._answer().split()
+        return float(wall), float(cpu)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def serve(device: str) -> None:
+    """The worker's side: warm up, say which replayloader it runs, then time one run per line asked."""
+    import replayloader
+
+    torch.set_num_threads(1)
+    run_once("prioritized", 10_000, 500, seed=0, device=device)
+    print(Path(replayloader.__file__).parent, flush=True)
+    for line in sys.stdin:
+        size, steps, seed = map(int, line.split())
+        print(*run_once("prioritized", size, steps, seed, device=device), flush=True)
+
+
+def in_process(arm: str, device: str) -> Callable[[int, int, int], tuple[float, float]]:
+    """An arm timed in this process, after one untimed warm-up run."""
+    run_once(arm, 10_000, 500, seed=0, device=device)
+    return lambda size, steps, seed: run_once(arm, size, steps, seed, device=device)
 
 
 def cpu_name() -> str:
@@ -62,35 +116,62 @@ def main(argv: list[str] | None = None) -> str:
                         "(the buffers store on the host, as SB3's do)")
     parser.add_argument("--load", default="no other jobs were reported",
                         help="what else ran on the machine meanwhile, written into the report")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results" / "sb3_speed" / "sb3_speed.md")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "sb3_speed" / "sb3_speed.md")
+    parser.add_argument("--against", type=Path, default=None, metavar="DIR",
+                        help="time PrioritizedDQN of this checkout against that of the checkout DIR")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the worker of --against
     args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.device)
+        return ""
     torch.set_num_threads(1)
 
-    for arm in ARMS:  # warm-up, untimed
-        run_once(arm, 10_000, 500, seed=0, device=args.device)
-
+    if args.against is None:
+        arms = {arm: in_process(arm, args.device) for arm in ARMS}
+        workers = []
+    else:
+        workers = [CheckoutWorker(args.against.resolve(), args.device), CheckoutWorker(ROOT, args.device)]
+        arms = dict(zip(["DIR", "this checkout"], workers))
+        for name, worker in arms.items():
+            print(f"{name}: replayloader from {worker.source}", flush=True)
     started = time.perf_counter()
+    rows = measure(arms, args)
+    total = time.perf_counter() - started
+    for worker in workers:
+        worker.close()
+    make = report if args.against is None else against_report
+    return write(make(args, argv, rows, total), args.out)
+
+
+def measure(arms: dict[str, Callable[[int, int, int], tuple[float, float]]], args: argparse.Namespace
+            ) -> list[tuple]:
+    """Per buffer size: both arms' median steps/s (the baseline arm, the first, then the other) and the paired
+    ratios other / baseline (wall: median, min, max; CPU: median)."""
+    bottom, top = arms
     rows = []
     for size in args.sizes:
-        seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
-        cpu: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        seconds: dict[str, list[float]] = {arm: [] for arm in arms}
+        cpu: dict[str, list[float]] = {arm: [] for arm in arms}
         for repeat in range(args.repeats):
-            order = list(ARMS) if repeat % 2 == 0 else list(ARMS)[::-1]
+            order = list(arms) if repeat % 2 == 0 else list(arms)[::-1]
             for arm in order:
-                wall, used = run_once(arm, size, args.steps, seed=repeat, device=args.device)
+                wall, used = arms[arm](size, args.steps, repeat)
                 seconds[arm].append(wall)
                 cpu[arm].append(used)
             print(f"size {size:>9,} repeat {repeat}: " + ", ".join(
-                f"{arm} {args.steps / seconds[arm][-1]:,.0f} steps/s" for arm in ARMS), flush=True)
-        ratios = [p / u for p, u in zip(seconds["prioritized"], seconds["uniform"])]
-        cpu_ratios = [p / u for p, u in zip(cpu["prioritized"], cpu["uniform"])]
-        rows.append((size, *(args.steps / statistics.median(seconds[arm]) for arm in ARMS),
+                f"{arm} {args.steps / seconds[arm][-1]:,.0f} steps/s" for arm in arms), flush=True)
+        ratios = [a / b for a, b in zip(seconds[top], seconds[bottom])]
+        cpu_ratios = [a / b for a, b in zip(cpu[top], cpu[bottom])]
+        rows.append((size, *(args.steps / statistics.median(seconds[arm]) for arm in arms),
                      statistics.median(ratios), min(ratios), max(ratios), statistics.median(cpu_ratios)))
-    total = time.perf_counter() - started
+    return rows
 
+
+def header(args: argparse.Namespace, argv: list[str] | None, total: float, title: str, arms: str) -> list[str]:
+    """The lines above a report's table: what ran, where, with what, and how the arms were paired."""
     command = shlex.join(["python", "-m", "bench.sb3_speed", *(argv or sys.argv[1:])])
-    lines = [
-        "# SB3 DQN: environment steps per second, uniform `ReplayBuffer` vs `replayloader.sb3.PrioritizedDQN`",
+    return [
+        title,
         "",
         f"Command: `{command.strip()}`  ",
         f"Date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC  ",
@@ -101,25 +182,49 @@ def main(argv: list[str] | None = None) -> str:
         f"Software: Python {platform.python_version()}, stable-baselines3 {stable_baselines3.__version__}, "
         f"torch {torch.__version__}, numpy {np.__version__}.  ",
         f"Setup: CartPole-v1, SB3 DQN defaults (train_freq 4, gradient_steps 1, batch 32, learning_starts 100, "
-        f"MLP 64x64), {args.steps:,} steps per timed `learn`, {args.repeats} repeats per size, the two arms "
+        f"MLP 64x64), {args.steps:,} steps per timed `learn`, {args.repeats} repeats per size, {arms} "
         f"alternated within each repeat (same seed). Wall time of the timed part: {total / 60:.1f} min.",
         "",
-        "| buffer size | uniform steps/s (median) | prioritized steps/s (median) | time/step ratio "
-        "prioritized/uniform (median of pairs) | ratio min-max | CPU-time ratio (median of pairs) |",
-        "|---:|---:|---:|---:|---:|---:|",
     ]
-    for size, uniform, prioritized, ratio, low, high, cpu_ratio in rows:
-        lines.append(f"| {size:,} | {uniform:,.0f} | {prioritized:,.0f} | {ratio:.3f} | {low:.3f}-{high:.3f} "
+
+
+def table(rows: list[tuple], first: str, second: str) -> list[str]:
+    """One line per buffer size: both arms' median steps/s, then the paired ratios (first / second)."""
+    lines = [f"| buffer size | {second} steps/s (median) | {first} steps/s (median) | time/step ratio "
+             f"{first}/{second} (median of pairs) | ratio min-max | CPU-time ratio (median of pairs) |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for size, second_speed, first_speed, ratio, low, high, cpu_ratio in rows:
+        lines.append(f"| {size:,} | {second_speed:,.0f} | {first_speed:,.0f} | {ratio:.3f} | {low:.3f}-{high:.3f} "
                      f"| {cpu_ratio:.3f} |")
+    return lines
+
+
+def report(args: argparse.Namespace, argv: list[str] | None, rows: list[tuple], total: float) -> str:
+    lines = header(args, argv, total, "# SB3 DQN: environment steps per second, uniform `ReplayBuffer` vs "
+                   "`replayloader.sb3.PrioritizedDQN`", "the two arms")
+    lines += table(rows, "prioritized", "uniform")
     lines += ["", "Steps/s and the time ratio are wall clock; the CPU-time ratio (process CPU seconds, less "
               "sensitive to other jobs taking the cores) is given beside it.",
-              "", "Target: ratio <= 1.10. A ratio above 1 is the prioritized arm's extra time per environment "
-              "step (sum-tree writes on every add, the tree descent, weights and the priority write-back on "
-              "every update, and the weighted loss)."]
-    text = "\n".join(lines) + "\n"
+              "", "Target (issue 41): ratio <= 1.05 (<= 1.10 before). A ratio above 1 is the prioritized arm's "
+              "extra time per environment step (the sum-tree write of the transitions added since the last "
+              "update, the tree descent, weights and the priority write-back on every update, and the weighted "
+              "loss)."]
+    return "\n".join(lines) + "\n"
+
+
+def against_report(args: argparse.Namespace, argv: list[str] | None, rows: list[tuple], total: float) -> str:
+    lines = header(args, argv, total, f"# SB3 `PrioritizedDQN`: environment steps per second, this checkout vs "
+                   f"`{args.against}`", "the two checkouts (each in its own worker process)")
+    lines += table(rows, "this checkout", "DIR")
+    lines += ["", "Steps/s and the time ratio are wall clock; the CPU-time ratio is the workers' process CPU "
+              "seconds. A ratio below 1: this checkout's PrioritizedDQN takes less time per environment step."]
+    return "\n".join(lines) + "\n"
+
+
+def write(text: str, out: Path) -> str:
     print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
     return text
 
 

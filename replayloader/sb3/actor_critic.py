@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch as th
 from stable_baselines3 import SAC, TD3
 from stable_baselines3.common.utils import polyak_update
 
-from .training import PrioritizedAlgorithmMixin, weighted_critic_loss
+from .training import PrioritizedAlgorithmMixin, absolute_errors, weighted_critic_loss
 
 
 def _smallest_q(values: tuple[th.Tensor, ...]) -> th.Tensor:
@@ -45,7 +46,7 @@ class PrioritizedSAC(PrioritizedAlgorithmMixin, SAC):
         extra = [self.ent_coef_optimizer] if self.ent_coef_optimizer is not None else []
         return [self.actor.optimizer, self.critic.optimizer, *extra]
 
-    def _gradient_step(self, batch: Any, step: int) -> th.Tensor:
+    def _gradient_step(self, batch: Any, step: int) -> np.ndarray:
         if self.use_sde:
             self.actor.reset_noise()
         actions_pi, log_prob = self.actor.action_log_prob(batch.observations)
@@ -83,7 +84,7 @@ class PrioritizedSAC(PrioritizedAlgorithmMixin, SAC):
         if step % self.target_update_interval == 0:
             polyak_update(self.critic.parameters(), self.critic_target.parameters(), self.tau)
             polyak_update(self.batch_norm_stats, self.batch_norm_stats_target, 1.0)
-        return errors
+        return absolute_errors(errors)
 
 
 class PrioritizedTD3(PrioritizedAlgorithmMixin, TD3):
@@ -101,7 +102,7 @@ class PrioritizedTD3(PrioritizedAlgorithmMixin, TD3):
     def _optimizers(self) -> list[th.optim.Optimizer]:
         return [self.actor.optimizer, self.critic.optimizer]
 
-    def _gradient_step(self, batch: Any, step: int) -> th.Tensor:
+    def _gradient_step(self, batch: Any, step: int) -> np.ndarray:
         with th.no_grad():
             noise = batch.actions.clone().data.normal_(0, self.target_policy_noise)
             noise = noise.clamp(-self.target_noise_clip, self.target_noise_clip)
@@ -125,4 +126,4 @@ class PrioritizedTD3(PrioritizedAlgorithmMixin, TD3):
             polyak_update(self.actor.parameters(), self.actor_target.parameters(), self.tau)
             polyak_update(self.critic_batch_norm_stats, self.critic_batch_norm_stats_target, 1.0)
             polyak_update(self.actor_batch_norm_stats, self.actor_batch_norm_stats_target, 1.0)
-        return errors
+        return absolute_errors(errors)

@@ -22,6 +22,11 @@ from .priorities import PrioritizedMixin
 from .samples import PrioritizedDictReplayBufferSamples, PrioritizedReplayBufferSamples
 
 
+def _flat(storage: np.ndarray) -> np.ndarray:
+    """A (position, env, ...) storage array as (position * env, ...), a view (SB3 allocates it contiguous)."""
+    return storage.reshape(storage.shape[0] * storage.shape[1], *storage.shape[2:])
+
+
 class PrioritizedReplayBuffer(PrioritizedMixin, ReplayBuffer):
     """SB3's `ReplayBuffer` with proportional prioritized sampling (Schaul et al. 2016).
 
@@ -57,7 +62,28 @@ class PrioritizedReplayBuffer(PrioritizedMixin, ReplayBuffer):
 
     _samples_type = PrioritizedReplayBufferSamples
 
+    def _read(self, slots: np.ndarray, env: Any) -> tuple:
+        """`_gather`'s fields, read by flat slot: storage is (position, env, ...) in C order, so flat slot
+        ``position * n_envs + env`` is the row of the storage seen as (position * env, ...), and one index array
+        replaces two. Each field is a fresh array of this call, so its tensor may share it (no copy on the CPU)."""
+        if self.optimize_memory_usage:
+            following = np.take(_flat(self.observations), (slots + self.n_envs) % (self.buffer_size * self.n_envs),
+                                axis=0)
+        else:
+            following = np.take(_flat(self.next_observations), slots, axis=0)
+        terminal = np.take(self.dones.reshape(-1), slots) * (1.0 - np.take(self.timeouts.reshape(-1), slots))
+        rewards = np.take(self.rewards.reshape(-1), slots).reshape(-1, 1)
+        tensor = self.to_torch
+        return (tensor(self._normalize_obs(np.take(_flat(self.observations), slots, axis=0), env), copy=False),
+                tensor(np.take(_flat(self.actions), slots, axis=0), copy=False),
+                tensor(self._normalize_obs(following, env), copy=False),
+                tensor(terminal.reshape(-1, 1), copy=False),
+                tensor(self._normalize_reward(rewards, env), copy=False),
+                None)  # discounts: one-step returns, the algorithm uses its gamma
+
     def _gather(self, rows: np.ndarray, envs: np.ndarray, env: Any) -> tuple:
+        """The fields of (position, env) pairs, as SB3's ``_get_samples`` reads them (`_read` is the same by
+        flat slot)."""
         if self.optimize_memory_usage:
             following = self.observations[(rows + 1) % self.buffer_size, envs]
         else:

@@ -19,6 +19,11 @@ The rule (proportional PER, Schaul et al. 2016):
 * beta comes from a float or from a schedule called with the training progress (0 at the start of
   ``learn``, 1 at its end; the prioritized algorithms set it before each update).
 
+Cost, kept close to SB3's uniform buffer's: a new transition's leaf is written at the next tree read or write
+(a sample, a feedback, `priorities`, `tree`, a pickle), all the transitions added since in one tree write, not
+one write per `add`; the tree holds exactly the leaves it would hold after per-`add` writes (a sum tree's nodes
+are a function of its leaves). Beta is evaluated once per value of `progress` (and of ``beta``), not per sample.
+
 Missing feedback is an error, not a silent fallback: with ``require_feedback=True`` (the default) a
 `sample` raises `MissingFeedbackError` when the previous prioritized sample got no `feedback` (or its alias
 `update_priorities`, the name SB3 and cpprb users know) call since. An algorithm that never feeds priorities back (SB3's own DQN, SAC, ...) would otherwise train on
@@ -29,6 +34,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+import math
 
 import numpy as np
 import torch as th
@@ -81,11 +88,27 @@ class PrioritizedMixin:
         # With seed=None the stream still follows numpy's global RNG, which SB3 seeds from `seed=` of the model.
         self._rng = np.random.default_rng(np.random.randint(2**31 - 1) if seed is None else int(seed))
         self._env_slots = np.arange(self.n_envs, dtype=np.int64)
-        self.tree = self._new_tree()
+        self._tree = self._new_tree()
         self._progress = 0.0
         self._reset_priorities()
+        self._forget_cache()
+
+    _CACHES = ("_unwritten", "_unwritten_from", "_beta_at")  # derived state: never pickled
+
+    def _forget_cache(self) -> None:
+        """No add waiting for its tree write, no beta evaluated yet."""
+        self._unwritten = 0  # adds since the last tree write, at consecutive positions from _unwritten_from
+        self._unwritten_from = 0
+        self._beta_at: tuple = (None, None, None)  # (beta, progress, value) of the last evaluation
 
     # ----------------------------------------------------------------------------------------------- state
+    @property
+    def tree(self) -> SumTree:
+        """The `replayloader.SumTree` of the sampling masses, one leaf per flat slot (up to date: reading it
+        first writes the leaves of transitions added since the last tree access)."""
+        self._write_new_leaves()
+        return self._tree
+
     def _new_tree(self) -> SumTree:
         return SumTree(self.buffer_size * self.n_envs, np.float64, min_priority=True, min_key=False,
                        raw_sum=False)
@@ -97,8 +120,9 @@ class PrioritizedMixin:
 
     def reset(self) -> None:
         super().reset()  # type: ignore[misc]
-        self.tree.clear()
+        self._tree.clear()
         self._reset_priorities()
+        self._forget_cache()
 
     @property
     def progress(self) -> float:
@@ -110,12 +134,20 @@ class PrioritizedMixin:
         self._progress = checks.number("progress", value, 0.0, 1.0)
 
     def current_beta(self) -> float:
-        """Beta for the next sample: the float given, or the schedule at the current `progress`."""
+        """Beta for the next sample: the float given, or the schedule at the current `progress`.
+
+        Evaluated (and checked) once per (``beta``, `progress`) pair: `progress` moves once per ``train``
+        call, while a batch is drawn every gradient step."""
+        beta, progress, value = self._beta_at
+        if beta is self.beta and progress == self._progress:
+            return value
         try:
-            return value_at("beta", self.beta, self._progress, high=1.0)
+            value = value_at("beta", self.beta, self._progress, high=1.0)
         except ValueError as exc:
             raise ValueError(f"the beta schedule must return a finite number in [0, 1] ({exc}), at "
                              f"progress {self._progress}") from None
+        self._beta_at = (self.beta, self._progress, value)
+        return value
 
     def stored_slots(self) -> int:
         """How many flat (position, env) slots hold a transition: valid indices are [0, stored_slots())."""
@@ -127,16 +159,33 @@ class PrioritizedMixin:
 
     # ------------------------------------------------------------------------------------------------- add
     def add(self, *args: Any, **kwargs: Any) -> None:
-        position = self.pos  # type: ignore[attr-defined]
+        """SB3's add; the new transition's leaf (the largest priority seen) is written with the next tree
+        access, together with those of every add since (see the module docstring)."""
+        if not self._unwritten:
+            self._unwritten_from = self.pos  # type: ignore[attr-defined]
         super().add(*args, **kwargs)  # type: ignore[misc]
-        slots = self._env_slots + position * self.n_envs
-        self.tree.set_unchecked(slots, self._new_leaves, self._new_leaves, self._new_leaves)
+        self._unwritten += 1
+
+    def _write_new_leaves(self) -> None:
+        """Give the slots of the transitions added since the last call the new-transition leaf, in one tree
+        write. The leaf cannot have changed meanwhile: only `feedback` changes it, and it calls this first."""
+        if not self._unwritten:
+            return
+        count = min(self._unwritten, self.buffer_size)  # type: ignore[attr-defined]
+        self._unwritten = 0
+        positions = np.arange(self._unwritten_from, self._unwritten_from + count, dtype=np.int64)
+        if positions[-1] >= self.buffer_size:  # type: ignore[attr-defined]
+            positions %= self.buffer_size  # type: ignore[attr-defined]
+        slots = positions if self.n_envs == 1 else (positions[:, None] * self.n_envs + self._env_slots).ravel()
+        leaves = np.full(slots.shape[0], self._new_leaves[0])
+        self._tree.set_unchecked(slots, leaves, leaves, leaves)
         if self.optimize_memory_usage:  # type: ignore[attr-defined]
-            # The next position's observation was just overwritten by this transition's next observation:
-            # that transition is no longer valid (SB3 excludes it from sampling for the same reason).
+            # The current position's observation was overwritten by the last transition's next observation:
+            # that transition is no longer valid (SB3 excludes it from sampling for the same reason). Every
+            # earlier add's stale slot was the next add's own slot, rewritten above.
             stale = self._env_slots + self.pos * self.n_envs  # type: ignore[attr-defined]
             zeros = np.zeros(self.n_envs)
-            self.tree.set_unchecked(stale, zeros, zeros, zeros)
+            self._tree.set_unchecked(stale, zeros, zeros, zeros)
 
     # ---------------------------------------------------------------------------------------------- sample
     def sample(self, batch_size: int, env: Any = None) -> Any:
@@ -154,20 +203,26 @@ class PrioritizedMixin:
                 "with require_feedback=False to sample without feedback on purpose.")
         checks.integer("batch_size", batch_size, 1)
         slots, weights = self._draw(int(batch_size))
-        rows, envs = np.divmod(slots, self.n_envs)
-        fields = self._gather(rows, envs, env)
+        fields = self._read(slots, env)
         self._awaiting_feedback = self.require_feedback
-        return self._samples_type(*fields, self.to_torch(weights.reshape(-1, 1)), slots)  # type: ignore
+        # weights is a fresh array of this call: the tensor may share it (no copy on the CPU)
+        return self._samples_type(*fields, self.to_torch(weights.reshape(-1, 1), copy=False), slots)  # type: ignore
 
     def _draw(self, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
         """Slots drawn with P(i) ∝ leaf_i (stratified) and their importance weights (P_min / P(i)) ** beta."""
-        if not self.tree.total > 0:
+        tree = self.tree
+        if not tree.total > 0:
             raise ValueError("cannot sample: the buffer holds no transition yet")
         beta = self.current_beta()
-        slots = self.tree.sample(self._rng.random(batch_size), stratified=True)
-        leaves = self.tree.get(slots)
-        weights = (self.tree.min_priority() / leaves) ** beta
+        slots = tree.sample(self._rng.random(batch_size), stratified=True)
+        leaves = tree.get(slots)
+        weights = (tree.min_priority() / leaves) ** beta
         return slots, weights.astype(np.float32)
+
+    def _read(self, slots: np.ndarray, env: Any) -> tuple:
+        """SB3's six sample fields for flat slots: by default through `_gather` with (position, env) pairs."""
+        rows, envs = np.divmod(slots, self.n_envs)
+        return self._gather(rows, envs, env)
 
     def _gather(self, rows: np.ndarray, envs: np.ndarray, env: Any) -> tuple:
         raise NotImplementedError
@@ -200,19 +255,23 @@ class PrioritizedMixin:
         ...
         ValueError: indices must lie in [0, 4) (the stored (position, env) slots), got indices[0] = 9
         """
-        slots, values = self._check_feedback(indices, priority)
+        slots, values, top = self._check_feedback(indices, priority)
         if self.optimize_memory_usage and self.full:  # type: ignore[attr-defined]
             valid = slots // self.n_envs != self.pos  # type: ignore[attr-defined]
             slots, values = slots[valid], values[valid]
+            top = float(values.max()) if values.size else 0.0
         if values.size:
-            self.tree.set(slots, values ** self.alpha)
-            top = float(values.max())
+            tree = self.tree  # first the leaves of the transitions added since the last write
+            masses = values ** self.alpha
+            tree.set_unchecked(np.ascontiguousarray(slots), masses, masses, masses)  # slots checked above
             if top > self.max_priority:
                 self.max_priority = top
                 self._new_leaves = np.full(self.n_envs, top ** self.alpha)
         self._awaiting_feedback = False
 
-    def _check_feedback(self, indices: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _check_feedback(self, indices: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
+        """The checked slots (int64), their priorities plus eps (float64) and the largest of those (0.0 when
+        none): raises the ValueError of the first problem found, before anything is written."""
         slots = np.asarray(indices)
         if slots.ndim != 1:
             raise ValueError(f"indices must be a 1-D array of sampled slots, got shape {slots.shape}")
@@ -226,29 +285,33 @@ class PrioritizedMixin:
             raise ValueError(f"priorities must have the shape of indices {slots.shape}, got shape {values.shape}")
         slots = slots.astype(np.int64, copy=False)
         if not slots.size:
-            return slots, values
+            return slots, values, 0.0
         stored = self.stored_slots()
-        if slots.min() < 0 or slots.max() >= stored:  # two reductions on the hot path; locate only on failure
+        if slots.view(np.uint64).max() >= stored:  # one reduction: a negative slot reads as a huge unsigned one
             j = int(np.flatnonzero((slots < 0) | (slots >= stored))[0])
             raise ValueError(f"indices must lie in [0, {stored}) (the stored (position, env) slots), "
                              f"got indices[{j}] = {slots[j]}")
-        if not (values.min() >= 0 and np.isfinite(values.max())):  # NaN fails the first comparison
+        top = float(values.max())
+        if not (values.min() >= 0 and math.isfinite(top)):  # NaN fails the first comparison
             j = int(np.flatnonzero(~(np.isfinite(values) & (values >= 0)))[0])
             raise ValueError(f"priorities must be finite and >= 0, got priorities[{j}] = {float(values[j])}")
-        return slots, values + self.priority_eps
+        # adding eps is monotonic, so the largest priority + eps is the largest priority, + eps
+        return slots, values + self.priority_eps, top + self.priority_eps
 
     # -------------------------------------------------------------------------------------------- pickling
     def __getstate__(self) -> dict:
         """SB3 saves a buffer with pickle (`save_replay_buffer`). The tree's column arrays are views of one
         node array, which pickle would split into independent copies; so the leaves travel as one array and
         the tree is rebuilt on load. The sampling RNG (a numpy Generator) pickles with its state."""
-        state = self.__dict__.copy()
-        tree = state.pop("tree")
+        tree = self.tree  # first the leaves of the transitions added since the last write
+        state = {key: value for key, value in self.__dict__.items() if key not in self._CACHES}
+        del state["_tree"]
         state["_leaves"] = tree.get(np.arange(tree.capacity)).copy()
         return state
 
     def __setstate__(self, state: dict) -> None:
         leaves = state.pop("_leaves")
         self.__dict__.update(state)
-        self.tree = self._new_tree()
-        self.tree.set(np.arange(leaves.shape[0], dtype=np.int64), leaves)
+        self._forget_cache()
+        self._tree = self._new_tree()
+        self._tree.set(np.arange(leaves.shape[0], dtype=np.int64), leaves)

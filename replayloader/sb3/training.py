@@ -4,8 +4,8 @@ Why one loop: a prioritized algorithm changes SB3's ``train()`` in exactly two p
 stored transitions becomes an importance-weighted mean, and each batch's new priorities go back to the buffer.
 Everything else (train mode, learning-rate schedules, the update counter, beta's progress, logging) is the same
 for every algorithm, so it lives in `PrioritizedAlgorithmMixin.train`, and an algorithm supplies one gradient
-step, ``_gradient_step(batch, step) -> errors`` (shape (batch,); the priorities are ``|errors|``), and the
-optimizers its learning rate drives.
+step, ``_gradient_step(batch, step) -> priorities`` (the batch's |TD errors|, a numpy array of shape (batch,);
+`absolute_errors` makes it from a tensor of signed errors), and the optimizers its learning rate drives.
 
 Two families fill that step:
 
@@ -31,6 +31,12 @@ from gymnasium import spaces
 
 from .buffers import PrioritizedDictReplayBuffer, PrioritizedNStepReplayBuffer, PrioritizedReplayBuffer
 from .priorities import PrioritizedMixin
+
+
+def absolute_errors(errors: th.Tensor) -> np.ndarray:
+    """|errors| as the numpy array the buffer takes: the absolute value is taken in numpy, which is cheaper than
+    a torch op on a batch this small."""
+    return np.abs(errors.detach().cpu().numpy())
 
 
 def weighted_critic_loss(current: Sequence[th.Tensor], target: th.Tensor, weights: th.Tensor,
@@ -91,9 +97,9 @@ class PrioritizedAlgorithmMixin:
         """The optimizers whose learning rate SB3's schedule sets before each ``train``."""
         raise NotImplementedError
 
-    def _gradient_step(self, batch: Any, step: int) -> th.Tensor:
-        """One update from ``batch`` (the ``step``-th of this ``train`` call); returns the signed errors whose
-        absolute values become the batch's priorities. Losses to log go to ``self._logged[name]``."""
+    def _gradient_step(self, batch: Any, step: int) -> np.ndarray:
+        """One update from ``batch`` (the ``step``-th of this ``train`` call); returns the batch's new
+        priorities, its |TD errors| (numpy, shape (batch,)). Losses to log go to ``self._logged[name]``."""
         raise NotImplementedError
 
     def train(self, gradient_steps: int, batch_size: int = 100) -> None:
@@ -108,9 +114,9 @@ class PrioritizedAlgorithmMixin:
         for step in range(gradient_steps):
             self._n_updates += 1  # before the step: TD3's policy delay counts this update
             batch = buffer.sample(batch_size, env=self._vec_normalize_env)
-            errors = self._gradient_step(batch, step)
+            priorities = self._gradient_step(batch, step)
             # SB3's name, the alias of `feedback`: it reaches a buffer that overrides either name (a cpprb adapter)
-            buffer.update_priorities(batch.indices, np.abs(errors.detach().cpu().numpy()))  # |.| in numpy: cheaper
+            buffer.update_priorities(batch.indices, priorities)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         for name, values in self._logged.items():
             self.logger.record(f"train/{name}", float(np.mean(values)))
@@ -127,13 +133,17 @@ class ValueBasedMixin(PrioritizedAlgorithmMixin):
     def _optimizers(self) -> list[th.optim.Optimizer]:
         return [self.policy.optimizer]
 
-    def _gradient_step(self, batch: Any, step: int) -> th.Tensor:
+    def _gradient_step(self, batch: Any, step: int) -> np.ndarray:
         per_sample, errors = self._per_sample_loss(batch)
         loss = th.dot(batch.weights.view(-1), per_sample) / per_sample.shape[0]  # the weighted mean, one op
         self.policy.optimizer.zero_grad()
         loss.backward()
+        self._clip_and_step()
+        self._logged["loss"].append(loss.item())
+        return absolute_errors(errors)
+
+    def _clip_and_step(self) -> None:
+        """After the gradient is in: SB3's gradient-norm clipping, then the optimizer step."""
         if self.max_grad_norm is not None:
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
         self.policy.optimizer.step()
-        self._logged["loss"].append(loss.item())
-        return errors
