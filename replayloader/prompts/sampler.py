@@ -36,7 +36,11 @@ A_i, one per bucket over the c_i, one over the active prompts (with the retest q
 prior_b × its sum) and descends it; a bucket's prior can change every step without touching a leaf; a feedback
 call rewrites only the leaves of the prompts it measured and of the records that decayed since the last call.
 A batch's draws and a feedback call's bookkeeping each run in one compiled kernel (`kernels.prompts`), so a call
-costs O(B log N) for a batch of B prompts and nothing of length N.
+costs O(B log N) for a batch of B prompts (plus a leaf write per decayed record) and nothing of length N. The
+records that decayed are read from a calendar of the steps prompts were measured at (`staleness`). A drawn
+batch's leaves are rewritten with the next feedback call's, at that call's clock: the same values as at the
+draw's clock, because a leaf depends on the clock only through its record's halvings, and a record that halved
+in between is rewritten at the new clock anyway; the trees are brought up to date before anything else reads them.
 
 **The clock** is the policy step: each feedback call advances it by 1 (one generation), or to ``policy_step=``
 when given (e.g. the trainer's global step). Ages and retests count policy steps.
@@ -59,6 +63,7 @@ from ..state.atomic import sha256_bytes
 from ..state.checks import array, check_header, counters, finite_nonnegative, integer, number, require, rng_words
 from .groups import read_groups
 from .rules import Learnability, PriorityRule
+from .staleness import DecayCalendar
 from .trees import PromptTrees
 
 STATE_VERSION = 1
@@ -151,7 +156,9 @@ class PromptSampler:
         self.solved_reward = checks.number("solved_reward", solved_reward)
         self.seed = checks.integer("seed", seed, 0)
         self._set_labels(labels)
-        self._trees = PromptTrees(n, [len(m) for m in self.members], stale=self.stale_after is not None)
+        self._trees = PromptTrees(n, [len(m) for m in self.members])
+        self._calendar = DecayCalendar(self.stale_after) if self.stale_after is not None else None
+        self._unrefreshed = np.empty(0, np.int64)  # drawn prompts whose leaves still wait (see the module doc)
         self._reset(seed_state(self.seed))
 
     def _set_labels(self, labels: Any) -> None:
@@ -213,11 +220,21 @@ class PromptSampler:
         """Rewrite every tree's leaves of the prompts ``idx`` from their records."""
         kernels.refresh(idx, *self._record_args(), self.bucket_of, self.position, *self._trees.arrays())
 
+    def _settle(self) -> None:
+        """Bring the trees up to date (the last batch's leaves) before they are read."""
+        if len(self._unrefreshed):
+            self._refresh(self._unrefreshed)
+            self._unrefreshed = self._unrefreshed[:0]
+
     def _rebuild(self) -> None:
         kernels.rebuild(*self._record_args(), self.bucket_of, self.position, *self._trees.arrays())
+        self._unrefreshed = np.empty(0, np.int64)
+        if self._calendar is not None:
+            self._calendar.reset(self.measured_at, self.retired, self.clock)
 
     def priorities(self, indices: Any = None) -> np.ndarray:
         """Each prompt's priority as the trees hold it (0 for a retired one), for all N or the given indices."""
+        self._settle()
         idx = np.arange(self.num_prompts) if indices is None else np.asarray(indices, np.int64)
         buckets = self.bucket_of[idx]
         c = self._trees.prior_leaves(buckets, self.position[idx])
@@ -240,6 +257,7 @@ class PromptSampler:
     def next_batch(self) -> PromptBatch:
         """The next ``batch_size`` prompts. Raises a RuntimeError when retirement left fewer than ``batch_size``
         active prompts (a batch's prompts are distinct)."""
+        self._settle()
         active = self._trees.active_count()
         if active < self.batch_size:
             raise RuntimeError(f"next_batch needs batch_size={self.batch_size} distinct active prompts but only "
@@ -250,6 +268,7 @@ class PromptSampler:
 
     def sample(self, k: int) -> PromptBatch:
         """``k`` distinct prompts: retests first when this batch is due for them, then draws by priority."""
+        self._settle()
         active = self._trees.active_count()
         k = checks.integer("k", k, 1, max(1, active), why=f"{active} of {self.num_prompts} prompts are not retired"
                            ", and a batch's prompts are distinct")
@@ -259,9 +278,9 @@ class PromptSampler:
         indices = np.empty(k, np.int64)
         retests, explored = kernels.draw(
             self.rng_state, min(self.retest_size, k) if due else 0, self.exploration, self.prior_values(), indices,
-            self.clock, self.step, self.prior_strength, self.stale_after or 0, self.groups, self.signal_sum,
-            self.measured_at, self.last_tested, self.last_drawn, self.retired, self.bucket_of, self.position,
+            self.clock, self.step, self.last_tested, self.last_drawn, self.bucket_of, self.position,
             self._member_order, self._member_start, *self._trees.arrays())
+        self._unrefreshed = indices
         batch = PromptBatch(indices, np.arange(k) < retests, self.step, self.clock)
         self.step += 1
         self.counters["drawn"] += k
@@ -301,7 +320,7 @@ class PromptSampler:
         now = self.clock + 1 if policy_step is None else checks.integer(
             "policy_step", policy_step, self.clock, why=f"the last feedback was at policy step {self.clock}")
         # Everything is checked: from here on the sampler changes.
-        self.clock = now
+        since, self.clock = self.clock, now
         solved = (values >= self.solved_reward).all(axis=1)
         self.counters["retired"] += kernels.record_groups(
             idx, float(values.shape[1]), values.sum(axis=1), signals, solved, now, self.stale_after or 0,
@@ -314,15 +333,13 @@ class PromptSampler:
         self.counters["groups"] += len(idx)
         self.counters["zero_variance_groups"] += zero
         self.last_zero_variance = zero / len(idx)
-        self._refresh(idx)
-        self._refresh_decayed()
+        changed = [self._unrefreshed, idx]
+        if self._calendar is not None:
+            changed.append(self._calendar.due(since, now, self.measured_at, self.retired))
+            self._calendar.add(idx, now, self.measured_at, self.retired)
+        self._refresh(np.concatenate(changed))
+        self._unrefreshed = self._unrefreshed[:0]
         return len(idx)
-
-    def _refresh_decayed(self) -> None:
-        """Rewrite the leaves of every record whose weight halved since its leaves were written (the decay tree
-        says which). Called after the fed prompts are refreshed, so none of them is due."""
-        if self.stale_after is not None:
-            self._refresh(kernels.decayed(self._trees.due, self._trees.n_leaves, self.clock))
 
     # ------------------------------------------------------------------ introspection
     def pass_rates(self) -> np.ndarray:
@@ -335,11 +352,13 @@ class PromptSampler:
         """A boolean mask of length N (not indices): True for the active prompts judged solved or unsolved,
         measured with every measured group giving no signal (the retest queue). ``np.flatnonzero`` gives their
         indices."""
+        self._settle()
         return np.isfinite(self._trees.retest_keys(np.arange(self.num_prompts)))
 
     def stats(self) -> dict[str, Any]:
         """Counters, the share of zero-variance groups in the last feedback call (TRL's ``frac_reward_zero_std``)
         and overall, the active / judged / measured prompt counts and the bucket priors. O(N): for logging."""
+        self._settle()
         groups = self.counters["groups"]
         return {"step": self.step, "policy_step": self.clock, **self.counters,
                 "frac_zero_variance": self.last_zero_variance,

@@ -18,11 +18,10 @@ def _leaves_for(capacity: int) -> int:
 
 
 class PromptTrees:
-    """The data tree (A_i), one tree per bucket (c_i, by a prompt's position in its bucket), the active tree
-    (count of active prompts and the retest keys) and, with staleness, the decay tree (when each record next
-    halves). `replayloader.kernels.prompts` describes the layout."""
+    """The data tree (A_i), one tree per bucket (c_i, by a prompt's position in its bucket) and the active tree
+    (count of active prompts and the retest keys). `replayloader.kernels.prompts` describes the layout."""
 
-    def __init__(self, num_prompts: int, bucket_sizes: list[int], *, stale: bool) -> None:
+    def __init__(self, num_prompts: int, bucket_sizes: list[int]) -> None:
         self.n_leaves = _leaves_for(num_prompts)
         self.data = np.zeros(2 * self.n_leaves)
         leaves = np.array([_leaves_for(size) for size in bucket_sizes], np.int64)
@@ -31,11 +30,10 @@ class PromptTrees:
         self.prior = np.zeros(int(2 * leaves.sum()))
         self.active = np.zeros((2 * self.n_leaves, 2))
         self.active[:, KEY] = np.inf
-        self.due = np.full(2 * self.n_leaves if stale else 0, np.inf)
 
     def arrays(self) -> tuple:
-        """The kernels' tree arguments, in their order: data, prior, prior_at, active, due, n_leaves."""
-        return self.data, self.prior, self.prior_at, self.active, self.due, self.n_leaves
+        """The kernels' tree arguments, in their order: data, prior, prior_at, active, n_leaves."""
+        return self.data, self.prior, self.prior_at, self.active, self.n_leaves
 
     def active_count(self) -> int:
         """How many prompts are not retired (the active tree's total, a sum of 0/1 leaves)."""
