@@ -67,15 +67,15 @@ class PrioritizedReplayBuffer(PrioritizedMixin, ReplayBuffer):
         ``position * n_envs + env`` is the row of the storage seen as (position * env, ...), and one index array
         replaces two. Each field is a fresh array of this call, so its tensor may share it (no copy on the CPU)."""
         if self.optimize_memory_usage:
-            following = np.take(_flat(self.observations), (slots + self.n_envs) % (self.buffer_size * self.n_envs),
-                                axis=0)
+            following = _flat(self.observations).take((slots + self.n_envs) % (self.buffer_size * self.n_envs),
+                                                      axis=0)
         else:
-            following = np.take(_flat(self.next_observations), slots, axis=0)
-        terminal = np.take(self.dones.reshape(-1), slots) * (1.0 - np.take(self.timeouts.reshape(-1), slots))
-        rewards = np.take(self.rewards.reshape(-1), slots).reshape(-1, 1)
+            following = _flat(self.next_observations).take(slots, axis=0)
+        terminal = self.dones.reshape(-1).take(slots) * (1.0 - self.timeouts.reshape(-1).take(slots))
+        rewards = self.rewards.reshape(-1).take(slots).reshape(-1, 1)
         tensor = self.to_torch
-        return (tensor(self._normalize_obs(np.take(_flat(self.observations), slots, axis=0), env), copy=False),
-                tensor(np.take(_flat(self.actions), slots, axis=0), copy=False),
+        return (tensor(self._normalize_obs(_flat(self.observations).take(slots, axis=0), env), copy=False),
+                tensor(_flat(self.actions).take(slots, axis=0), copy=False),
                 tensor(self._normalize_obs(following, env), copy=False),
                 tensor(terminal.reshape(-1, 1), copy=False),
                 tensor(self._normalize_reward(rewards, env), copy=False),

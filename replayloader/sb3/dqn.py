@@ -17,6 +17,8 @@ at the chosen Q-values with that gradient.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch as th
 from stable_baselines3 import DQN
@@ -32,10 +34,16 @@ def weighted_huber_terms(chosen: th.Tensor, target: th.Tensor, weights: th.Tenso
     ``|chosen - target|`` (numpy, (n,)), each bit for bit what autograd and the torch ops give.
 
     ``chosen`` may require grad (it is read detached); ``target`` and ``weights`` must not."""
-    scale = np.float32(1.0) / np.float32(chosen.shape[0])  # what autograd sends back through `/ n`
+    scale = _backward_scale(chosen.shape[0])
     if chosen.device.type == "cpu":
         return _terms_in_numpy(chosen.detach().numpy(), target.numpy(), weights.numpy(), scale)
     return _terms_in_torch(chosen.detach(), target, weights, scale)
+
+
+@functools.lru_cache(maxsize=64)
+def _backward_scale(n: int) -> np.float32:
+    """What autograd sends back through the loss's ``/ n``: 1 / n in float32 (one value per batch size)."""
+    return np.float32(1.0) / np.float32(n)
 
 
 def _terms_in_numpy(chosen: np.ndarray, target: np.ndarray, weights: np.ndarray, scale: np.float32

@@ -131,7 +131,10 @@ class PrioritizedMixin:
 
     @progress.setter
     def progress(self, value: float) -> None:
-        self._progress = checks.number("progress", value, 0.0, 1.0)
+        if type(value) is float and 0.0 <= value <= 1.0:  # what the training loop sets, before every update
+            self._progress = value
+        else:
+            self._progress = checks.number("progress", value, 0.0, 1.0)
 
     def current_beta(self) -> float:
         """Beta for the next sample: the float given, or the schedule at the current `progress`.
@@ -201,8 +204,9 @@ class PrioritizedMixin:
                 "replayloader.sb3.PrioritizedDQN (or PrioritizedQRDQN, PrioritizedSAC, PrioritizedTD3), call "
                 "buffer.update_priorities(batch.indices, td_errors) after each sample, or build the buffer "
                 "with require_feedback=False to sample without feedback on purpose.")
-        checks.integer("batch_size", batch_size, 1)
-        slots, weights = self._draw(int(batch_size))
+        if type(batch_size) is not int or batch_size < 1:  # the common case costs one comparison
+            batch_size = checks.integer("batch_size", batch_size, 1)
+        slots, weights = self._draw(batch_size)
         fields = self._read(slots, env)
         self._awaiting_feedback = self.require_feedback
         # weights is a fresh array of this call: the tensor may share it (no copy on the CPU)
@@ -263,7 +267,7 @@ class PrioritizedMixin:
         if values.size:
             tree = self.tree  # first the leaves of the transitions added since the last write
             masses = values ** self.alpha
-            tree.set_unchecked(np.ascontiguousarray(slots), masses, masses, masses)  # slots checked above
+            tree.set_unchecked(slots, masses, masses, masses)  # slots checked above, int64 and contiguous
             if top > self.max_priority:
                 self.max_priority = top
                 self._new_leaves = np.full(self.n_envs, top ** self.alpha)
@@ -283,16 +287,18 @@ class PrioritizedMixin:
             raise ValueError(f"priorities must be an array of numbers, got {priorities!r}") from err
         if values.shape != slots.shape:
             raise ValueError(f"priorities must have the shape of indices {slots.shape}, got shape {values.shape}")
-        slots = slots.astype(np.int64, copy=False)
+        slots = np.ascontiguousarray(slots, dtype=np.int64)  # what the tree write takes
         if not slots.size:
             return slots, values, 0.0
         stored = self.stored_slots()
-        if slots.view(np.uint64).max() >= stored:  # one reduction: a negative slot reads as a huge unsigned one
+        # one reduction (a negative slot reads as a huge unsigned one), and the ufuncs' own reductions: this
+        # runs after every gradient step
+        if np.maximum.reduce(slots.view(np.uint64)) >= stored:
             j = int(np.flatnonzero((slots < 0) | (slots >= stored))[0])
             raise ValueError(f"indices must lie in [0, {stored}) (the stored (position, env) slots), "
                              f"got indices[{j}] = {slots[j]}")
-        top = float(values.max())
-        if not (values.min() >= 0 and math.isfinite(top)):  # NaN fails the first comparison
+        top = float(np.maximum.reduce(values))
+        if not (np.minimum.reduce(values) >= 0 and math.isfinite(top)):  # NaN fails the first comparison
             j = int(np.flatnonzero(~(np.isfinite(values) & (values >= 0)))[0])
             raise ValueError(f"priorities must be finite and >= 0, got priorities[{j}] = {float(values[j])}")
         # adding eps is monotonic, so the largest priority + eps is the largest priority, + eps

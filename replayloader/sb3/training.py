@@ -33,6 +33,11 @@ from .buffers import PrioritizedDictReplayBuffer, PrioritizedNStepReplayBuffer, 
 from .priorities import PrioritizedMixin
 
 
+def _mean(values: list[float]) -> float:
+    """``float(np.mean(values))``; one value (one gradient step per ``train``, SB3's default) is its own mean."""
+    return float(values[0]) if len(values) == 1 else float(np.mean(values))
+
+
 def absolute_errors(errors: th.Tensor) -> np.ndarray:
     """|errors| as the numpy array the buffer takes: the absolute value is taken in numpy, which is cheaper than
     a torch op on a batch this small."""
@@ -119,7 +124,7 @@ class PrioritizedAlgorithmMixin:
             buffer.update_priorities(batch.indices, priorities)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         for name, values in self._logged.items():
-            self.logger.record(f"train/{name}", float(np.mean(values)))
+            self.logger.record(f"train/{name}", _mean(values))
         self.logger.record("train/per_beta", buffer.current_beta())
 
 
