@@ -231,40 +231,119 @@ def _leaf(i, clock, strength, stale_after, groups, signal_sum, measured_at, last
     return s / denominator, strength / denominator, 1.0, key
 
 
+DATA, PRIOR, ACTIVE = 0, 1, 2  # the trees a change set counts leaves of
+
+
+@njit(cache=True, nogil=True)
+def _new_changes(capacity):
+    """Room for the leaves a call changes: slots of the data tree, of the bucket trees (with each one's tree),
+    of the active tree, and how many of each."""
+    return (np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.empty(capacity, np.int64),
+            np.empty(capacity, np.int64), np.zeros(3, np.int64))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set_data(i, a, data, n_leaves, data_slots, counts):
+    if data[n_leaves + i] != a:
+        data[n_leaves + i] = a
+        data_slots[counts[DATA]] = i
+        counts[DATA] += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set_prior(b, slot, c, prior, prior_at, prior_slots, prior_trees, counts):
+    at = prior_at[b, 0] + prior_at[b, 1] + slot
+    if prior[at] != c:
+        prior[at] = c
+        prior_slots[counts[PRIOR]] = slot
+        prior_trees[counts[PRIOR]] = b
+        counts[PRIOR] += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set_active(i, count, key, active, n_leaves, active_slots, counts):
+    if active[n_leaves + i, COUNT] != count or active[n_leaves + i, KEY] != key:
+        active[n_leaves + i, COUNT] = count
+        active[n_leaves + i, KEY] = key
+        active_slots[counts[ACTIVE]] = i
+        counts[ACTIVE] += 1
+
+
+@njit(cache=True, nogil=True)
+def _write_leaves(indices, clock, strength, stale_after, groups, signal_sum, measured_at, last_tested, retired,
+                  bucket_of, position, data, prior, prior_at, active, n_leaves, changes):
+    """Write the leaves of the prompts ``indices`` (repeats allowed) from their records; note the changed ones
+    in ``changes`` (`_new_changes`); their ancestors are left to `_ascend_changes`."""
+    data_slots, prior_slots, prior_trees, active_slots, counts = changes
+    for j in range(indices.shape[0]):
+        i = indices[j]
+        a, c, count, key = _leaf(i, clock, strength, stale_after, groups, signal_sum, measured_at, last_tested,
+                                 retired)
+        _set_data(i, a, data, n_leaves, data_slots, counts)
+        _set_prior(bucket_of[i], position[i], c, prior, prior_at, prior_slots, prior_trees, counts)
+        _set_active(i, count, key, active, n_leaves, active_slots, counts)
+
+
+@njit(cache=True, nogil=True)
+def _ascend_changes(data, prior, prior_at, active, n_leaves, changes):
+    """Recompute the ancestors of every leaf noted in ``changes``, tree by tree."""
+    data_slots, prior_slots, prior_trees, active_slots, counts = changes
+    _ascend_sums(data, 0, n_leaves, data_slots[:counts[DATA]])
+    _ascend_buckets(prior, prior_at, prior_trees[:counts[PRIOR]], prior_slots[:counts[PRIOR]])
+    _ascend_active(active, n_leaves, active_slots[:counts[ACTIVE]])
+
+
 @njit(cache=True, nogil=True)
 def refresh(indices, clock, strength, stale_after, groups, signal_sum, measured_at, last_tested, retired,
             bucket_of, position, data, prior, prior_at, active, n_leaves):
     """Rewrite every tree's leaves of the prompts ``indices`` (repeats allowed) from their records: first every
     leaf, then the ancestors of the leaves that changed, tree by tree, level by level (`_ascend_sums`)."""
-    m = indices.shape[0]
-    data_slots = np.empty(m, np.int64)
-    prior_slots = np.empty(m, np.int64)
-    prior_trees = np.empty(m, np.int64)
-    active_slots = np.empty(m, np.int64)
-    n_data = n_prior = n_active = 0
-    for j in range(m):
-        i = indices[j]
-        a, c, count, key = _leaf(i, clock, strength, stale_after, groups, signal_sum, measured_at, last_tested,
-                                 retired)
-        if data[n_leaves + i] != a:
-            data[n_leaves + i] = a
-            data_slots[n_data] = i
-            n_data += 1
-        b = bucket_of[i]
-        at = prior_at[b, 0] + prior_at[b, 1] + position[i]
-        if prior[at] != c:
-            prior[at] = c
-            prior_slots[n_prior] = position[i]
-            prior_trees[n_prior] = b
-            n_prior += 1
-        if active[n_leaves + i, COUNT] != count or active[n_leaves + i, KEY] != key:
-            active[n_leaves + i, COUNT] = count
-            active[n_leaves + i, KEY] = key
-            active_slots[n_active] = i
-            n_active += 1
-    _ascend_sums(data, 0, n_leaves, data_slots[:n_data])
-    _ascend_buckets(prior, prior_at, prior_trees[:n_prior], prior_slots[:n_prior])
-    _ascend_active(active, n_leaves, active_slots[:n_active])
+    changes = _new_changes(indices.shape[0])
+    _write_leaves(indices, clock, strength, stale_after, groups, signal_sum, measured_at, last_tested, retired,
+                  bucket_of, position, data, prior, prior_at, active, n_leaves, changes)
+    _ascend_changes(data, prior, prior_at, active, n_leaves, changes)
+
+
+@njit(cache=True, nogil=True)
+def _write_decayed(due, entries, buckets, slots, steps, clock, strength, stale_after, groups, signal_sum,
+                   last_tested, data, prior, prior_at, active, n_leaves, changes):
+    """Write the leaves of the records that halved (calendar positions ``due``: `kernels.calendar`), reading
+    only what a halving can change. A calendar entry is a prompt measured at its step, not measured since nor
+    retired, so its leaves are `_leaf`'s with measured_at = the step and retired = False, and of those:
+
+    * c always changes (d·g does);
+    * A is 0 before and after when the signal sum is 0, so that leaf is read only when it is not;
+    * the retest key is +inf before and after while the decayed signal sum s is > 0 (it was larger before), so
+      the active leaf is read only when s = 0 (a judged prompt, or a record the last halving forgot).
+    A prompt also drawn since its leaves were written is rewritten by `_write_leaves` as well, to the same values.
+    """
+    data_slots, prior_slots, prior_trees, active_slots, counts = changes
+    for j in range(due.shape[0]):
+        q = due[j]
+        i = entries[q]
+        d = _decay(clock, steps[q], stale_after)
+        g = d * groups[i]
+        s = d * signal_sum[i]
+        denominator = g + strength
+        _set_prior(buckets[q], slots[q], strength / denominator, prior, prior_at, prior_slots, prior_trees, counts)
+        if signal_sum[i] != 0:
+            _set_data(i, s / denominator, data, n_leaves, data_slots, counts)
+        if s == 0:
+            key = np.float64(last_tested[i]) if g > 0 else _INF
+            _set_active(i, 1.0, key, active, n_leaves, active_slots, counts)
+
+
+@njit(cache=True, nogil=True)
+def refresh_fed(indices, due, entries, buckets, slots, steps, clock, strength, stale_after, groups, signal_sum,
+                measured_at, last_tested, retired, bucket_of, position, data, prior, prior_at, active, n_leaves):
+    """A feedback call's tree writes in one pass: the leaves of ``indices`` (the fed prompts and any drawn
+    since the last write) and of the records that halved (calendar positions ``due``), then their ancestors."""
+    changes = _new_changes(indices.shape[0] + due.shape[0])
+    _write_leaves(indices, clock, strength, stale_after, groups, signal_sum, measured_at, last_tested, retired,
+                  bucket_of, position, data, prior, prior_at, active, n_leaves, changes)
+    _write_decayed(due, entries, buckets, slots, steps, clock, strength, stale_after, groups, signal_sum,
+                   last_tested, data, prior, prior_at, active, n_leaves, changes)
+    _ascend_changes(data, prior, prior_at, active, n_leaves, changes)
 
 
 @njit(cache=True, nogil=True)
@@ -420,72 +499,3 @@ def learn_priors(buckets, signals, memory, bucket_sum, bucket_weight):
     for j in range(buckets.shape[0]):
         bucket_sum[buckets[j]] += signals[j]
         bucket_weight[buckets[j]] += 1.0
-
-
-@njit(cache=True, nogil=True)
-def _first_after(steps, size, value):
-    """The first position of ``steps[:size]`` (sorted) holding a step > ``value``."""
-    lo, hi = 0, size
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if steps[mid] <= value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _current(i, step, measured_at, retired):
-    """Whether a calendar entry (prompt i measured at ``step``) is still prompt i's record: not measured since,
-    nor retired."""
-    return measured_at[i] == step and not retired[i]
-
-
-@njit(cache=True, nogil=True)
-def due_between(prompts, steps, size, since, now, stale_after, measured_at, retired):
-    """The prompts whose record halves after policy step ``since`` and at or before ``now``: those measured at
-    m with m + j·stale_after in (since, now] for some j in 1 .. MAX_HALVINGS (the j-th halving; the last one
-    forgets the record). ``prompts[:size]``, ``steps[:size]`` is the calendar: each feedback's prompts with the
-    step they were measured at, in step order; an entry whose prompt was measured again or retired since is
-    skipped. A prompt may be named twice when the clock jumped by more than ``stale_after``."""
-    found = np.empty(64, np.int64)
-    count = 0
-    if now - since < stale_after:  # each halving's window is one range of steps
-        for j in range(1, MAX_HALVINGS + 1):
-            lo = _first_after(steps, size, since - j * stale_after)
-            hi = _first_after(steps, size, now - j * stale_after)
-            for q in range(lo, hi):
-                i = prompts[q]
-                if _current(i, steps[q], measured_at, retired):
-                    if count == found.shape[0]:
-                        found = np.concatenate((found, np.empty(count, np.int64)))
-                    found[count] = i
-                    count += 1
-        return found[:count]
-    lo = _first_after(steps, size, since - MAX_HALVINGS * stale_after)
-    hi = _first_after(steps, size, now - stale_after)
-    for q in range(lo, hi):  # a jump: every entry whose next halving after `since` is at or before `now`
-        m = steps[q]
-        halving = m + (max(since - m, 0) // stale_after + 1) * stale_after
-        if halving <= now and halving <= m + MAX_HALVINGS * stale_after and _current(prompts[q], m, measured_at,
-                                                                                    retired):
-            if count == found.shape[0]:
-                found = np.concatenate((found, np.empty(count, np.int64)))
-            found[count] = prompts[q]
-            count += 1
-    return found[:count]
-
-
-@njit(cache=True, nogil=True)
-def compact_calendar(prompts, steps, size, now, stale_after, measured_at, retired):
-    """Drop the calendar entries that can no longer come due (their prompt measured again or retired, or all
-    their halvings at or before ``now``), keeping the order; returns the new size."""
-    kept = 0
-    for q in range(size):
-        i, m = prompts[q], steps[q]
-        if m + MAX_HALVINGS * stale_after > now and _current(i, m, measured_at, retired):
-            prompts[kept] = i
-            steps[kept] = m
-            kept += 1
-    return kept

@@ -157,7 +157,8 @@ class PromptSampler:
         self.seed = checks.integer("seed", seed, 0)
         self._set_labels(labels)
         self._trees = PromptTrees(n, [len(m) for m in self.members])
-        self._calendar = DecayCalendar(self.stale_after) if self.stale_after is not None else None
+        self._calendar = (DecayCalendar(self.stale_after, self.bucket_of, self.position)
+                          if self.stale_after is not None else None)
         self._unrefreshed = np.empty(0, np.int64)  # drawn prompts whose leaves still wait (see the module doc)
         self._reset(seed_state(self.seed))
 
@@ -333,13 +334,20 @@ class PromptSampler:
         self.counters["groups"] += len(idx)
         self.counters["zero_variance_groups"] += zero
         self.last_zero_variance = zero / len(idx)
-        changed = [self._unrefreshed, idx]
-        if self._calendar is not None:
-            changed.append(self._calendar.due(since, now, self.measured_at, self.retired))
-            self._calendar.add(idx, now, self.measured_at, self.retired)
-        self._refresh(np.concatenate(changed))
-        self._unrefreshed = self._unrefreshed[:0]
+        self._refresh_fed(np.concatenate((self._unrefreshed, idx)), since)
         return len(idx)
+
+    def _refresh_fed(self, changed: np.ndarray, since: int) -> None:
+        """Rewrite the leaves of the prompts ``changed`` (fed, or drawn since the last write) and of the records
+        that halved after policy step ``since`` (the calendar says which; the fed prompts are entered first, so
+        their former entries are not among them)."""
+        if self._calendar is None:
+            self._refresh(changed)
+        else:
+            self._calendar.add(changed[len(self._unrefreshed):], self.clock, self.retired, since=since)
+            kernels.refresh_fed(changed, self._calendar.due(since, self.clock), *self._calendar.arrays(),
+                                *self._record_args(), self.bucket_of, self.position, *self._trees.arrays())
+        self._unrefreshed = self._unrefreshed[:0]
 
     # ------------------------------------------------------------------ introspection
     def pass_rates(self) -> np.ndarray:
