@@ -32,10 +32,9 @@ max-priority, i.e. near-uniform, replay with importance weights attached and no 
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
-
-import math
 
 import numpy as np
 import torch as th
@@ -62,7 +61,8 @@ class PrioritizedMixin:
     """Proportional prioritized sampling over SB3's storage; see the module docstring for the rule.
 
     Goes first in the bases (``class X(PrioritizedMixin, ReplayBuffer)``); the concrete class supplies
-    ``_gather(rows, envs, env) -> tuple`` (SB3's six sample fields) and ``_samples_type``.
+    ``_gather(rows, envs, env) -> tuple`` (SB3's six sample fields) and ``_samples_type``; it may also
+    override ``_read(slots, env)``, which reads the same fields by flat slot (by default through `_gather`).
     """
 
     _samples_type: type

@@ -159,15 +159,26 @@ def test_unwritten_leaves_are_written_before_pickling_and_not_pickled():
     assert (buffer.priorities()[8:14] == (3.0 + EPS) ** 0.5).all()  # the 3 new rows at the largest priority
 
 
+class Normalizer:
+    """What a buffer asks of a `VecNormalize` when sampling: observations and rewards, rescaled."""
+
+    def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
+        return (obs * 0.5 - 1.0).astype(np.float32)
+
+    def normalize_reward(self, reward: np.ndarray) -> np.ndarray:
+        return reward * 0.1
+
+
+@pytest.mark.parametrize("normalizer", [None, Normalizer()])
 @pytest.mark.parametrize("n_envs, optimize", [(1, False), (3, False), (1, True), (3, True)])
-def test_reading_by_flat_slot_equals_reading_by_position_and_env(n_envs, optimize):
+def test_reading_by_flat_slot_equals_reading_by_position_and_env(n_envs, optimize, normalizer):
     buffer = flat_buffer(12, n_envs=n_envs, optimize_memory_usage=optimize, handle_timeout_termination=not optimize,
                          require_feedback=False)
     fill(buffer, 17, done_every=3, truncated=True)  # wrapped around
     slots = np.random.default_rng(0).integers(0, buffer.stored_slots(), 40)
-    by_slot = buffer._read(slots, None)
+    by_slot = buffer._read(slots, normalizer)
     rows, envs = np.divmod(slots, n_envs)
-    by_pair = buffer._gather(rows, envs, None)
+    by_pair = buffer._gather(rows, envs, normalizer)
     for a, b in zip(by_slot, by_pair):
         if b is None:
             assert a is None
