@@ -305,11 +305,11 @@ def refresh(indices, clock, strength, stale_after, groups, signal_sum, measured_
 
 
 @njit(cache=True, nogil=True)
-def _write_decayed(due, entries, buckets, slots, steps, clock, strength, stale_after, groups, signal_sum,
+def _write_decayed(due, entries, steps, buckets, slots, groups_at, signals_at, clock, strength, stale_after,
                    last_tested, data, prior, prior_at, active, n_leaves, changes):
     """Write the leaves of the records that halved (calendar positions ``due``: `kernels.calendar`), reading
     only what a halving can change. A calendar entry is a prompt measured at its step, not measured since nor
-    retired, so its leaves are `_leaf`'s with measured_at = the step and retired = False, and of those:
+    retired, with its group count and signal sum, so its leaves are `_leaf`'s with those, and of them:
 
     * c always changes (d·g does);
     * A is 0 before and after when the signal sum is 0, so that leaf is read only when it is not;
@@ -322,11 +322,11 @@ def _write_decayed(due, entries, buckets, slots, steps, clock, strength, stale_a
         q = due[j]
         i = entries[q]
         d = _decay(clock, steps[q], stale_after)
-        g = d * groups[i]
-        s = d * signal_sum[i]
+        g = d * groups_at[q]
+        s = d * signals_at[q]
         denominator = g + strength
         _set_prior(buckets[q], slots[q], strength / denominator, prior, prior_at, prior_slots, prior_trees, counts)
-        if signal_sum[i] != 0:
+        if signals_at[q] != 0:
             _set_data(i, s / denominator, data, n_leaves, data_slots, counts)
         if s == 0:
             key = np.float64(last_tested[i]) if g > 0 else _INF
@@ -334,14 +334,15 @@ def _write_decayed(due, entries, buckets, slots, steps, clock, strength, stale_a
 
 
 @njit(cache=True, nogil=True)
-def refresh_fed(indices, due, entries, buckets, slots, steps, clock, strength, stale_after, groups, signal_sum,
-                measured_at, last_tested, retired, bucket_of, position, data, prior, prior_at, active, n_leaves):
+def refresh_fed(indices, due, entries, steps, buckets, slots, groups_at, signals_at, clock, strength, stale_after,
+                groups, signal_sum, measured_at, last_tested, retired, bucket_of, position, data, prior, prior_at,
+                active, n_leaves):
     """A feedback call's tree writes in one pass: the leaves of ``indices`` (the fed prompts and any drawn
     since the last write) and of the records that halved (calendar positions ``due``), then their ancestors."""
     changes = _new_changes(indices.shape[0] + due.shape[0])
     _write_leaves(indices, clock, strength, stale_after, groups, signal_sum, measured_at, last_tested, retired,
                   bucket_of, position, data, prior, prior_at, active, n_leaves, changes)
-    _write_decayed(due, entries, buckets, slots, steps, clock, strength, stale_after, groups, signal_sum,
+    _write_decayed(due, entries, steps, buckets, slots, groups_at, signals_at, clock, strength, stale_after,
                    last_tested, data, prior, prior_at, active, n_leaves, changes)
     _ascend_changes(data, prior, prior_at, active, n_leaves, changes)
 

@@ -231,7 +231,7 @@ class PromptSampler:
         kernels.rebuild(*self._record_args(), self.bucket_of, self.position, *self._trees.arrays())
         self._unrefreshed = np.empty(0, np.int64)
         if self._calendar is not None:
-            self._calendar.reset(self.measured_at, self.retired, self.clock)
+            self._calendar.reset(self.measured_at, self.retired, self.groups, self.signal_sum, self.clock)
 
     def priorities(self, indices: Any = None) -> np.ndarray:
         """Each prompt's priority as the trees hold it (0 for a retired one), for all N or the given indices."""
@@ -344,7 +344,8 @@ class PromptSampler:
         if self._calendar is None:
             self._refresh(changed)
         else:
-            self._calendar.add(changed[len(self._unrefreshed):], self.clock, self.retired, since=since)
+            self._calendar.add(changed[len(self._unrefreshed):], self.clock, self.retired, self.groups,
+                               self.signal_sum, since=since)
             kernels.refresh_fed(changed, self._calendar.due(since, self.clock), *self._calendar.arrays(),
                                 *self._record_args(), self.bucket_of, self.position, *self._trees.arrays())
         self._unrefreshed = self._unrefreshed[:0]
