@@ -16,15 +16,16 @@ against the former form). That freedom of order is what the savings use:
 * a drawn prompt's leaves are restored (refreshed) not at the end of `draw` but with the next feedback call's
   writes, at that call's clock (`PromptSampler` says why the values are the same);
 * within a batch, the active tree (read only by exploration draws and retests) takes the drawn prompts out
-  only before it is read;
-* a draw's write stops climbing at the first ancestor whose value it does not change; a feedback call writes
-  all its leaves first, then recomputes their ancestors level by level.
+  only before it is read, all of them at once;
+* a draw's write stops climbing at the first ancestor whose value it does not change; a batch of writes
+  (a feedback call's, the active tree's) writes all its leaves first, then recomputes their ancestors level
+  by level, so that the cache misses of a level overlap (`_ascend_sums`).
 
 Layouts: a tree over P leaves (P a power of two) is a 1-indexed heap, node i's children 2i and 2i + 1, the leaf
 of slot s at P + s. The bucket trees lie one after another in one array: tree b's node i at
 ``prior_at[b, 0] + i`` with ``prior_at[b, 1]`` leaves. The active tree holds two columns per node: the count of
 active prompts (a sum) and the retest key (a min; +inf: not judged). Which records decay at a feedback call is
-read from a calendar (`due_between`), not from a tree.
+read from a calendar (`kernels.calendar`), not from a tree.
 """
 from __future__ import annotations
 
@@ -54,26 +55,6 @@ def _write_sum(sums, base, n_leaves, slot, value):
         if sums[base + i] == total:
             return
         sums[base + i] = total
-        i >>= 1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _write_active(active, n_leaves, slot, count, key):
-    """Set one leaf of the active tree (count and key) and recompute its ancestors, up to the first that keeps
-    both values."""
-    i = n_leaves + slot
-    if active[i, COUNT] == count and active[i, KEY] == key:
-        return
-    active[i, COUNT] = count
-    active[i, KEY] = key
-    i >>= 1
-    while i >= 1:
-        total = active[2 * i, COUNT] + active[2 * i + 1, COUNT]
-        low = min(active[2 * i, KEY], active[2 * i + 1, KEY])
-        if active[i, COUNT] == total and active[i, KEY] == low:
-            return
-        active[i, COUNT] = total
-        active[i, KEY] = low
         i >>= 1
 
 
@@ -395,9 +376,12 @@ def _hide_from_sums(i, bucket_of, position, data, prior, prior_at, n_leaves):
 
 @njit(cache=True, nogil=True)
 def _hide_from_active(out, start, stop, active, n_leaves):
-    """Take the prompts ``out[start:stop]`` out of the active tree (exploration draws and retests)."""
+    """Take the prompts ``out[start:stop]`` (distinct, all in the active tree) out of it, for exploration draws
+    and retests: their leaves, then their ancestors level by level."""
     for j in range(start, stop):
-        _write_active(active, n_leaves, out[j], 0.0, _INF)
+        active[n_leaves + out[j], COUNT] = 0.0
+        active[n_leaves + out[j], KEY] = _INF
+    _ascend_active(active, n_leaves, out[start:stop])
 
 
 @njit(cache=True, nogil=True)
