@@ -210,7 +210,7 @@ def _leaf(i, clock, strength, stale_after, groups, signal_sum, measured_at, last
     return s / denominator, strength / denominator, 1.0, key
 
 
-DATA, PRIOR, ACTIVE = 0, 1, 2  # the trees a change set counts leaves of
+DATA, PRIOR, ACTIVE, READ = 0, 1, 2, 3  # a change set's counts: leaves of each tree; READ: see `_touch_decayed`
 
 
 @njit(cache=True, nogil=True)
@@ -218,7 +218,7 @@ def _new_changes(capacity):
     """Room for the leaves a call changes: slots of the data tree, of the bucket trees (with each one's tree),
     of the active tree, and how many of each."""
     return (np.empty(capacity, np.int64), np.empty(capacity, np.int64), np.empty(capacity, np.int64),
-            np.empty(capacity, np.int64), np.zeros(3, np.int64))
+            np.empty(capacity, np.int64), np.zeros(4, np.int64))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -287,12 +287,12 @@ def refresh(indices, clock, strength, stale_after, groups, signal_sum, measured_
 def _touch_decayed(due, entries, buckets, slots, data, prior, prior_at, n_leaves):
     """Read the leaves `_write_decayed` will write, in a loop of loads only, so that their cache misses overlap
     (tens at a time) instead of waiting one by one inside the longer loop that computes and writes them. Returns
-    their sum, so that the reads are kept."""
-    seen = 0.0
+    how many are positive, which the caller stores, so that the compiler keeps the reads."""
+    seen = 0
     for j in range(due.shape[0]):
         q = due[j]
         b = buckets[q]
-        seen += prior[prior_at[b, 0] + prior_at[b, 1] + slots[q]] + data[n_leaves + entries[q]]
+        seen += (prior[prior_at[b, 0] + prior_at[b, 1] + slots[q]] + data[n_leaves + entries[q]]) > 0
     return seen
 
 
@@ -310,7 +310,7 @@ def _write_decayed(due, entries, steps, buckets, slots, groups_at, signals_at, c
     A prompt also drawn since its leaves were written is rewritten by `_write_leaves` as well, to the same values.
     """
     data_slots, prior_slots, prior_trees, active_slots, counts = changes
-    _touch_decayed(due, entries, buckets, slots, data, prior, prior_at, n_leaves)
+    counts[READ] = _touch_decayed(due, entries, buckets, slots, data, prior, prior_at, n_leaves)
     for j in range(due.shape[0]):
         q = due[j]
         i = entries[q]
