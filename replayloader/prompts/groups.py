@@ -19,10 +19,11 @@ from .._arrays import to_numpy
 
 
 def read_groups(prompt_indices: Any, rewards: Any, *, group_size: int | None, binary: bool, num_prompts: int | None,
-                drawn: np.ndarray | None = None, rule_name: str = "") -> tuple[np.ndarray, np.ndarray]:
+                drawn: Any = None, rule_name: str = "") -> tuple[np.ndarray, np.ndarray]:
     """``(indices (k,) int64, rewards (k, G) float64)`` from one feedback call, every value checked; else a
     ValueError naming the argument and the value. ``num_prompts``: N (None: any index >= 0); ``drawn``: which
-    prompts the caller ever handed out (feedback for any other is refused: it cannot come from its batches)."""
+    prompts the caller ever handed out (feedback for any other is refused: it cannot come from its batches), a
+    boolean mask or anything that gives one at an index array (read only at the indices checked)."""
     indices, values = _read(prompt_indices, rewards, num_prompts, drawn)
     if values.ndim == 2:
         if values.shape[0] != len(indices):
@@ -67,8 +68,7 @@ def read_completions(prompt_indices: Any, rewards: Any, *, group_size: int, num_
     return indices, values
 
 
-def _read(prompt_indices: Any, rewards: Any, num_prompts: int | None,
-          drawn: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def _read(prompt_indices: Any, rewards: Any, num_prompts: int | None, drawn: Any) -> tuple[np.ndarray, np.ndarray]:
     """The indices (1-D integers in range, each drawn) and the rewards (numbers, as a float64 copy)."""
     indices = checks.index_array("prompt_indices", prompt_indices)
     bad = np.flatnonzero((indices < 0) | (indices >= num_prompts if num_prompts is not None else False))

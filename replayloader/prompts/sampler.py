@@ -31,16 +31,18 @@ policy may have changed what they would give; a prompt solved in ``retire_after`
 
 **How it stays O(log N)**: a priority is ``A_i + c_i·prior_b`` with A_i = d·S_i / (d·g_i + m) and
 c_i = m / (d·g_i + m), and neither A_i nor c_i depends on the prior. So the sampler keeps one sum tree over the
-A_i, one per bucket over the c_i, one over the active prompts (with the retest queue as its min keys) and, with
-``stale_after``, a min tree of when each record next decays. A draw picks a tree by its mass (a bucket's is
-prior_b × its sum) and descends it; a bucket's prior can change every step without touching a leaf; a feedback
-call rewrites only the leaves of the prompts it measured and of the records that decayed since the last call.
-A batch's draws and a feedback call's bookkeeping each run in one compiled kernel (`kernels.prompts`), so a call
-costs O(B log N) for a batch of B prompts (plus a leaf write per decayed record) and nothing of length N. The
-records that decayed are read from a calendar of the steps prompts were measured at (`staleness`). A drawn
-batch's leaves are rewritten with the next feedback call's, at that call's clock: the same values as at the
-draw's clock, because a leaf depends on the clock only through its record's halvings, and a record that halved
-in between is rewritten at the new clock anyway; the trees are brought up to date before anything else reads them.
+A_i, one per bucket over the c_i and one over the active prompts (with the retest queue as its min keys)
+(`trees`), and, with ``stale_after``, a calendar of the steps the records were measured at, which says which
+records halve at a feedback call (`staleness`). A draw picks a tree by its mass (a bucket's is prior_b × its
+sum) and descends it; a bucket's prior can change every step without touching a leaf; a feedback call rewrites
+only the leaves of the prompts it measured and of the records that decayed since the last call. A batch's draws
+and a feedback call's writes each run in one compiled kernel (`kernels.prompts`): O(B log N) for a batch of B
+prompts, plus a leaf write per record that halved, and nothing of length N.
+
+A drawn batch's leaves are rewritten with the next feedback call's writes, at that call's clock: the values are
+those of the draw's clock, because a leaf depends on the clock only through its record's halvings, and a record
+that halved in between is rewritten at the new clock anyway. Anything else that reads the trees brings them up
+to date first. So the draws and records are those of writing every leaf at once, bit for bit.
 
 **The clock** is the policy step: each feedback call advances it by 1 (one generation), or to ``policy_step=``
 when given (e.g. the trainer's global step). Ages and retests count policy steps.
@@ -281,7 +283,7 @@ class PromptSampler:
             self.rng_state, min(self.retest_size, k) if due else 0, self.exploration, self.prior_values(), indices,
             self.clock, self.step, self.last_tested, self.last_drawn, self.bucket_of, self.position,
             self._member_order, self._member_start, *self._trees.arrays())
-        self._unrefreshed = indices
+        self._unrefreshed = indices.copy()  # the batch's array is the caller's to change
         batch = PromptBatch(indices, np.arange(k) < retests, self.step, self.clock)
         self.step += 1
         self.counters["drawn"] += k

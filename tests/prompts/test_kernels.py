@@ -135,3 +135,22 @@ def test_a_long_stale_run_with_a_full_calendar_matches_the_former_draws():
         sampler.feedback(got.indices, rewards=rewards, policy_step=step)
         former.feedback(got.indices, rewards, step)
     assert_same(sampler, former)
+
+
+def test_changing_a_batch_s_indices_in_place_changes_nothing_the_sampler_holds():
+    """A drawn batch's leaves wait for the next feedback call (kernels/prompts.py), so the sampler keeps its own
+    copy of the indices: a caller that reorders or overwrites ``batch.indices`` still gets the former draws."""
+    n, batch = 50, 6
+    options = {"labels": np.arange(n) % 2, "stale_after": 2, "retest_every": 2}
+    sampler = PromptSampler(n, batch, group_size=GROUP, seed=1, **options)
+    former = FormerSampler(n, batch, signals=Learnability().signals, prior=Learnability().default_prior, seed=1,
+                           **options)
+    for call in range(30):
+        got, (indices, _) = sampler.next_batch(), former.sample(batch)
+        assert got.indices.tolist() == indices.tolist()
+        fed = got.indices.copy()
+        got.indices[:] = 0
+        rewards = rewards_for(fed, n, True, call)
+        sampler.feedback(fed, rewards=rewards)
+        former.feedback(fed, rewards)
+    assert_same(sampler, former)
