@@ -15,6 +15,12 @@ buffer, is not). Each arm runs once untimed first (numba and torch warm-up). Wit
 buffer larger than that is never full: its size changes the tree's depth and the arrays' footprint, not how
 many transitions are sampled from.
 
+``--lockstep N`` pairs more tightly, for a machine whose load moves within a run: the two arms' ``learn`` calls
+run side by side in two threads that take turns every N environment steps (a callback hands over), so both
+see the same load at a grain of a few tens of milliseconds; each arm's wall and thread CPU time are summed over
+its own turns. Each ``learn`` is one whole call (its beta schedule, logging and updates unchanged); the two
+models share numpy's and torch's global RNGs, so their episodes are not those of separate runs.
+
 ``--against DIR`` measures a change instead: the arms become `PrioritizedDQN` of this checkout and of the
 checkout DIR (say a ``git worktree`` of the commit before), each in its own worker process that imports
 ``replayloader`` from its checkout, asked in turn (never both at once), paired and alternated as above.
@@ -23,12 +29,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import platform
 import os
+import platform
 import shlex
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -37,6 +44,7 @@ import numpy as np
 import stable_baselines3
 import torch
 from stable_baselines3 import DQN
+from stable_baselines3.common.callbacks import BaseCallback
 
 from replayloader.sb3 import PrioritizedDQN
 
@@ -50,6 +58,84 @@ def run_once(arm: str, buffer_size: int, steps: int, seed: int, device: str = "c
     wall, cpu = time.perf_counter(), time.process_time()
     model.learn(total_timesteps=steps)
     return time.perf_counter() - wall, time.process_time() - cpu
+
+
+class Baton:
+    """Which of the two arms may run: one at a time, handed over at the end of each turn."""
+
+    def __init__(self, first: str) -> None:
+        self.holder = first
+        self.finished: set[str] = set()
+        self.changed = threading.Condition()
+
+    def take(self, arm: str) -> None:
+        with self.changed:
+            self.changed.wait_for(lambda: self.holder == arm)
+
+    def hand(self, arm: str, other: str, finished: bool = False) -> None:
+        """End ``arm``'s turn; ``other`` runs next unless it has finished (then ``arm`` goes on)."""
+        with self.changed:
+            if finished:
+                self.finished.add(arm)
+            if other not in self.finished:
+                self.holder = other
+                self.changed.notify_all()
+
+
+class Turns(BaseCallback):
+    """An arm's side of ``--lockstep``: hands the baton over every ``every`` environment steps, and sums the wall
+    and thread CPU seconds of its own turns only."""
+
+    def __init__(self, baton: Baton, arm: str, other: str, every: int) -> None:
+        super().__init__()
+        self.baton, self.arm, self.other, self.every = baton, arm, other, every
+        self.wall = self.cpu = 0.0
+
+    def begin(self) -> None:
+        self.baton.take(self.arm)
+        self.started = (time.perf_counter(), time.thread_time())
+
+    def end(self, finished: bool = False) -> None:
+        wall, cpu = self.started
+        self.wall += time.perf_counter() - wall
+        self.cpu += time.thread_time() - cpu
+        self.baton.hand(self.arm, self.other, finished)
+
+    def _on_step(self) -> bool:
+        if self.n_calls % self.every == 0:
+            self.end()
+            self.begin()
+        return True
+
+
+def run_lockstep(order: list[str], buffer_size: int, steps: int, seed: int, device: str, every: int
+                 ) -> dict[str, tuple[float, float]]:
+    """Wall and thread CPU seconds of ``learn(steps)`` for one fresh model per arm, the two taking turns every
+    ``every`` steps (``order[0]`` first)."""
+    models = {arm: ARMS[arm]("MlpPolicy", "CartPole-v1", buffer_size=buffer_size, seed=seed, device=device)
+              for arm in order}
+    baton = Baton(order[0])
+    turns = {arm: Turns(baton, arm, other, every) for arm, other in zip(order, order[::-1])}
+    failures: list[BaseException] = []
+
+    def learn(arm: str) -> None:
+        torch.set_num_threads(1)
+        turns[arm].begin()
+        try:
+            models[arm].learn(total_timesteps=steps, callback=turns[arm])
+        except BaseException as err:  # re-raised in the main thread
+            failures.append(err)
+        finally:
+            turns[arm].end(finished=True)
+
+    threads = [threading.Thread(target=learn, args=(arm,)) for arm in order]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return {arm: (turns[arm].wall, turns[arm].cpu) for arm in order}
 
 
 class CheckoutWorker:
@@ -119,8 +205,12 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "sb3_speed" / "sb3_speed.md")
     parser.add_argument("--against", type=Path, default=None, metavar="DIR",
                         help="time PrioritizedDQN of this checkout against that of the checkout DIR")
+    parser.add_argument("--lockstep", type=int, default=0, metavar="N",
+                        help="run the two arms side by side, taking turns every N environment steps")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the worker of --against
     args = parser.parse_args(argv)
+    if args.lockstep and args.against is not None:
+        parser.error("--lockstep pairs the uniform and prioritized arms of one process; not with --against")
     if args.serve:
         serve(args.device)
         return ""
@@ -154,8 +244,11 @@ def measure(arms: dict[str, Callable[[int, int, int], tuple[float, float]]], arg
         cpu: dict[str, list[float]] = {arm: [] for arm in arms}
         for repeat in range(args.repeats):
             order = list(arms) if repeat % 2 == 0 else list(arms)[::-1]
-            for arm in order:
-                wall, used = arms[arm](size, args.steps, repeat)
+            if args.lockstep:
+                timed = run_lockstep(order, size, args.steps, repeat, args.device, args.lockstep)
+            else:
+                timed = {arm: arms[arm](size, args.steps, repeat) for arm in order}
+            for arm, (wall, used) in timed.items():
                 seconds[arm].append(wall)
                 cpu[arm].append(used)
             print(f"size {size:>9,} repeat {repeat}: " + ", ".join(
@@ -183,7 +276,9 @@ def header(args: argparse.Namespace, argv: list[str] | None, total: float, title
         f"torch {torch.__version__}, numpy {np.__version__}.  ",
         f"Setup: CartPole-v1, SB3 DQN defaults (train_freq 4, gradient_steps 1, batch 32, learning_starts 100, "
         f"MLP 64x64), {args.steps:,} steps per timed `learn`, {args.repeats} repeats per size, {arms} "
-        f"alternated within each repeat (same seed). Wall time of the timed part: {total / 60:.1f} min.",
+        + (f"run side by side, taking turns every {args.lockstep} environment steps (same seed; CPU time: "
+           f"each arm's thread)" if args.lockstep else "alternated within each repeat (same seed)")
+        + f". Wall time of the timed part: {total / 60:.1f} min.",
         "",
     ]
 
@@ -203,8 +298,9 @@ def report(args: argparse.Namespace, argv: list[str] | None, rows: list[tuple], 
     lines = header(args, argv, total, "# SB3 DQN: environment steps per second, uniform `ReplayBuffer` vs "
                    "`replayloader.sb3.PrioritizedDQN`", "the two arms")
     lines += table(rows, "prioritized", "uniform")
-    lines += ["", "Steps/s and the time ratio are wall clock; the CPU-time ratio (process CPU seconds, less "
-              "sensitive to other jobs taking the cores) is given beside it.",
+    cpu = ("each arm's thread CPU seconds over its own turns" if args.lockstep else
+           "process CPU seconds, less sensitive to other jobs taking the cores")
+    lines += ["", f"Steps/s and the time ratio are wall clock; the CPU-time ratio ({cpu}) is given beside it.",
               "", "Target (issue 41): ratio <= 1.05 (<= 1.10 before). A ratio above 1 is the prioritized arm's "
               "extra time per environment step (the sum-tree write of the transitions added since the last "
               "update, the tree descent, weights and the priority write-back on every update, and the weighted "
