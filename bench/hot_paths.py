@@ -3,6 +3,13 @@
     python -m bench.hot_paths                                   # this checkout
     python -m bench.hot_paths --against /tmp/old                # paired before/after: another checkout's code
     python -m bench.hot_paths --against /tmp/old --out results/hot_paths/mixing.md
+    python -m bench.hot_paths --everything --out /tmp/all.md   # and every other row of issue 41, peers beside
+
+``--everything`` appends, after this script's rows, the reports of the benches that time the other rows of
+issue 41, each in its own process: the sum tree and whole buffer beside TorchRL and cpprb (`bench_sumtree`, run
+by ``.bench-venv/bin/python`` when that venv exists, see bench/README.md, since TorchRL 0.14 needs torch 2.14),
+the same paired call by call with cpprb and the memory floor (`paired_tree_kernels`), what evict-lowest costs
+(`evict_lowest_cost`) and SB3's step (`sb3_speed`, whole training runs: by far the longest part).
 
 What a row times is one training step's share of the library: for `MixtureSampler`, ``next_batch()`` plus
 ``feedback(batch, loss=...)`` with the loss as a torch tensor (as a training loop sends it); for its peers,
@@ -214,6 +221,30 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return tuple(float(q) for q in np.percentile(values, [25, 50, 75]))
 
 
+# The other benches of issue 41's rows, each run as its own process (--everything): (command, writes --out).
+OTHER_BENCHES = [(["bench.bench_sumtree", "--sizes", "1e3,1e5,1e6,1e7", "--budget", "0.3"], True),
+                 (["bench.paired_tree_kernels", "--reps", "800"], True),
+                 (["bench.evict_lowest_cost"], False),
+                 (["bench.sb3_speed"], True)]
+
+
+def other_report(command: list[str], writes_out: bool) -> str:
+    """Run one of OTHER_BENCHES (bench_sumtree in the bench venv when it exists) and return its report."""
+    import tempfile
+
+    venv = ROOT / ".bench-venv" / "bin" / "python"
+    in_venv = command[0] == "bench.bench_sumtree" and venv.exists()
+    shown = f"`{'.bench-venv/bin/python' if in_venv else 'python'} -m {shlex.join(command)}`"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "report.md"
+        done = subprocess.run([str(venv) if in_venv else sys.executable, "-m", *command,
+                               *(["--out", str(out)] if writes_out else [])],
+                              cwd=str(ROOT), capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"{shown} failed ({done.returncode}):\n\n```\n{done.stderr[-2000:]}\n```\n"
+        return f"{shown}:\n\n" + (out.read_text() if writes_out else done.stdout)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", type=Path, default=None,
@@ -222,6 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--rows", default="", help="only the rows whose name contains this text")
     parser.add_argument("--out", type=Path, default=None, help="also write the report (Markdown) here")
+    parser.add_argument("--everything", action="store_true",
+                        help="also run the other benches of issue 41 (tree, buffer, evict-lowest, SB3) and append "
+                             "their reports")
     args = parser.parse_args(argv)
     names = [name for name in ROWS if args.rows in name]
     load_before = os.getloadavg()
@@ -277,6 +311,8 @@ def main(argv: list[str] | None = None) -> None:
         else:
             lines.append(f"| {name} | (same code) | {a[1]:.1f} | |")
     text = "\n".join(lines) + "\n"
+    if args.everything:
+        text += "".join(f"\n---\n\n{other_report(command, writes)}" for command, writes in OTHER_BENCHES)
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
