@@ -25,6 +25,7 @@ def read_groups(prompt_indices: Any, rewards: Any, *, group_size: int | None, bi
     prompts the caller ever handed out (feedback for any other is refused: it cannot come from its batches), a
     boolean mask or anything that gives one at an index array (read only at the indices checked)."""
     indices, values = _read(prompt_indices, rewards, num_prompts, drawn)
+    given = values  # as the caller shaped it: errors name its positions
     if values.ndim == 2:
         if values.shape[0] != len(indices):
             raise ValueError(f"rewards must have one row per prompt, shape ({len(indices)}, G) for "
@@ -39,14 +40,22 @@ def read_groups(prompt_indices: Any, rewards: Any, *, group_size: int | None, bi
                          f"{size}")
     if group_size is not None and size != group_size:
         raise ValueError(f"rewards has groups of {size} completions but group_size={group_size}")
-    checks.all_finite("rewards", values.reshape(-1))
+    bad = np.flatnonzero(~np.isfinite(given))
+    if len(bad):
+        raise ValueError(f"rewards must be finite; rewards[{_position(given, bad[0])}] = "
+                         f"{float(given.reshape(-1)[bad[0]])}")
     if binary:
-        bad = np.flatnonzero((values != 0) & (values != 1))
+        bad = np.flatnonzero((given != 0) & (given != 1))
         if len(bad):
-            value = float(values.reshape(-1)[bad[0]])
+            value = float(given.reshape(-1)[bad[0]])
             raise ValueError(f"rewards must be 0 or 1 for {rule_name or 'this rule'} (a pass rate); rewards"
-                             f"[{bad[0]}] = {value!r} (use RewardSpread for graded rewards)")
+                             f"[{_position(given, bad[0])}] = {value!r} (use RewardSpread for graded rewards)")
     return indices, values
+
+
+def _position(values: np.ndarray, flat: int) -> str:
+    """Where the ``flat``-th entry (C order) of ``values`` is, as its index would be written: ``9`` or ``2, 1``."""
+    return ", ".join(str(int(i)) for i in np.unravel_index(flat, values.shape))
 
 
 def read_completions(prompt_indices: Any, rewards: Any, *, group_size: int, num_prompts: int,

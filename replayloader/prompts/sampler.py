@@ -273,10 +273,10 @@ class PromptSampler:
         """``k`` distinct prompts: retests first when this batch is due for them, then draws by priority."""
         self._settle()
         active = self._trees.active_count()
-        k = checks.integer("k", k, 1, max(1, active), why=f"{active} of {self.num_prompts} prompts are not retired"
-                           ", and a batch's prompts are distinct")
         if active == 0:
             raise RuntimeError("every prompt is retired: nothing left to draw")
+        k = checks.integer("k", k, 1, active, why=f"{active} of {self.num_prompts} prompts are not retired"
+                           ", and a batch's prompts are distinct")
         due = self.retest_every is not None and self.step % self.retest_every == 0
         indices = np.empty(k, np.int64)
         retests, explored = kernels.draw(
@@ -427,6 +427,13 @@ class PromptSampler:
                                    f"got {new[name][bad][:1].tolist()}")
         require(not (new["successes"] > new["attempts"]).any() or not self.rule.binary,
                 f"{where}: successes exceed attempts")
+        if self.group_size is not None:  # every group adds G completions, and a decay scales both alike
+            off = np.flatnonzero(np.abs(new["attempts"] - self.group_size * new["groups"])
+                                 > 1e-9 * np.maximum(new["attempts"], 1.0))
+            i = int(off[0]) if len(off) else 0
+            require(not len(off), f"{where}['attempts'][{i}] = {float(new['attempts'][i])!r} must be group_size="
+                                  f"{self.group_size} x {where}['groups'][{i}] = {float(new['groups'][i])!r} (a "
+                                  f"damaged state)")
         new["retired"] = array(state, "retired", where, (n,), "b", np.bool_)
         for name in ("bucket_sum", "bucket_weight"):
             new[name] = array(state, name, where, (k,), "fiu", np.float64)
@@ -441,6 +448,11 @@ class PromptSampler:
                                    f"most {top:.6g} per group (a damaged state)")
         rng = rng_words(state, "rng", where)
         counts = counters(state, "counters", where, self.counters)
+        retired = int(new["retired"].sum())  # a prompt retires once, for good, and counts then
+        require(self.retire_after is not None or retired == 0,
+                f"{where}['retired'] marks {retired} prompts retired, but retire_after=None retires none")
+        require(counts["retired"] == retired, f"{where}['counters']['retired'] = {counts['retired']} but "
+                                              f"{where}['retired'] marks {retired} prompts (a damaged state)")
         last_zero = number(state, "last_zero_variance", where, 0.0)
         require(last_zero <= 1.0, f"{where}['last_zero_variance'] must be a share in [0, 1], got {last_zero!r}")
         # Everything is checked: from here on nothing can fail.

@@ -34,7 +34,7 @@ CASES = {
                                       r"got \(3, 4\)"),
     "three dimensions": (lambda s, ids: (ids, np.ones((4, 4, 1))), {},
                          r"rewards must have shape \(prompts, G\) or \(completions,\), got \(4, 4, 1\)"),
-    "NaN": (lambda s, ids: (ids, NAN), {}, r"rewards must be finite; rewards\[6\] = nan"),
+    "NaN": (lambda s, ids: (ids, NAN), {}, r"rewards must be finite; rewards\[1, 2\] = nan"),
     "infinite, per completion": (lambda s, ids: (np.repeat(ids, 4), np.r_[np.zeros(15), np.inf]), {},
                                  r"rewards must be finite; rewards\[15\] = inf"),
     "never drawn": (lambda s, ids: (np.r_[ids[:3], never_drawn(s)], np.ones((4, 4))), {},
@@ -54,7 +54,7 @@ CASES = {
     "completion level, lengths differ": (lambda s, ids: (np.repeat(ids, 4), np.ones(12)), {},
                                          r"rewards must have one value per completion, shape \(16,\)"),
     "a graded reward for p(1-p)": (lambda s, ids: (ids, np.full((4, 4), 0.5)), {},
-                                   r"rewards must be 0 or 1 for Learnability \(a pass rate\); rewards\[0\] = 0.5"),
+                                   r"rewards must be 0 or 1 for Learnability \(a pass rate\); rewards\[0, 0\] = 0.5"),
     "the policy step goes back": (lambda s, ids: (ids, np.ones((4, 4))), {"policy_step": 0},
                                   r"policy_step must be an integer >= 1 \(the last feedback was at policy step 1\), "
                                   r"got 0"),
@@ -159,7 +159,15 @@ def test_a_bad_state_is_refused_and_changes_nothing():
                              r"\['signal_sum'\]\[\d+\] = 1000000.0 exceeds what 1.0 groups \(prompt sampler "
                              r"state\['groups'\]\[\d+\]\) can give: Learnability gives at most 0.333333 per group"),
                             ({"bucket_sum": np.array([5.0])}, r"\['bucket_sum'\]\[0\] = 5.0 exceeds what 0.0 "
-                                                              r"groups")):
+                                                              r"groups"),
+                            ({"attempts": before["attempts"] + (before["groups"] > 0)},
+                             r"\['attempts'\]\[\d+\] = 5.0 must be group_size=4 x prompt sampler state\['groups'\]"
+                             r"\[\d+\] = 1.0 \(a damaged state\)"),
+                            ({"retired": np.ones(20, bool)}, r"\['retired'\] marks 20 prompts retired, but "
+                                                             r"retire_after=None retires none"),
+                            ({"counters": {**before["counters"], "retired": 2}},
+                             r"\['counters'\]\['retired'\] = 2 but prompt sampler state\['retired'\] marks 0 "
+                             r"prompts")):
         with pytest.raises(InvalidState, match=message):
             sampler.load_state_dict({**copy.deepcopy(before), **change})
         assert_state_equal(sampler.state_dict(), before)
@@ -172,10 +180,20 @@ def test_the_baselines_refuse_bad_feedback_and_change_nothing():
     other = int(np.setdiff1d(np.arange(10), ids)[0])
     with pytest.raises(ValueError, match=rf"prompt_indices\[1\] = {other} was never drawn"):
         dynamic.feedback([ids[0], other], rewards=np.ones((2, 2)))
-    with pytest.raises(ValueError, match=r"rewards must be finite; rewards\[1\] = nan"):
+    with pytest.raises(ValueError, match=r"rewards must be finite; rewards\[0, 1\] = nan"):
         dynamic.feedback(ids, rewards=np.array([[1, np.nan], [0, 1]]))
     assert_state_equal(dynamic.state_dict(), before)
     online = OnlineFilter(group_size=2)
     with pytest.raises(ValueError, match=r"prompt_indices must lie >= 0; prompt_indices\[0\] = -1"):
         online.feedback([-1], rewards=np.ones((1, 2)))
     assert online.stats()["groups"] == 0
+
+
+def test_sample_when_every_prompt_is_retired_says_so_whatever_k():
+    sampler = PromptSampler(4, 2, group_size=2, retire_after=1, seed=0)
+    for _ in range(2):
+        sampler.feedback(sampler.next_batch().indices, rewards=np.ones((2, 2)))  # solved: retired at once
+    assert sampler.stats()["active"] == 0
+    for k in (1, 5):
+        with pytest.raises(RuntimeError, match="every prompt is retired: nothing left to draw"):
+            sampler.sample(k)

@@ -129,6 +129,18 @@ def test_bad_feedback_names_the_value_and_changes_nothing(indices, priorities, m
     buffer.update_priorities(pending.indices, np.ones(4))  # still usable
 
 
+def test_errors_name_the_priorities_as_the_caller_did():
+    buffer = flat_buffer(32, n_envs=2)
+    fill(buffer, 6)
+    batch = buffer.sample(2)
+    with pytest.raises(ValueError, match=r"priority must be finite and >= 0, got priority\[1\] = nan"):
+        buffer.feedback(batch.indices, priority=np.array([1.0, np.nan]))
+    with pytest.raises(ValueError, match=r"priority must have the shape of indices \(2,\), got shape \(1,\)"):
+        buffer.feedback(batch.indices, priority=np.array([1.0]))
+    with pytest.raises(ValueError, match=r"priorities must be finite and >= 0, got priorities\[0\] = inf"):
+        buffer.update_priorities(batch.indices, np.array([np.inf, 1.0]))
+
+
 @settings(max_examples=40, deadline=None)
 @given(where=st.integers(0, 7), bad=st.sampled_from([np.nan, np.inf, -np.inf, -1e-9, -3.0]))
 def test_any_bad_priority_anywhere_is_refused_whole(where, bad):
