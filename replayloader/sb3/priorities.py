@@ -235,7 +235,7 @@ class PrioritizedMixin:
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """``feedback(indices, priority=priorities)`` under the name SB3 and cpprb users expect (an alias, not
         deprecated)."""
-        self._write(indices, priorities, "priorities")
+        self.feedback(indices, priority=priorities)
 
     def feedback(self, indices: Any, *, priority: Any) -> None:
         """Set the priorities (e.g. |TD error|) of sampled slots, in one batched tree write; the library's
@@ -259,11 +259,7 @@ class PrioritizedMixin:
         ...
         ValueError: indices must lie in [0, 4) (the stored (position, env) slots), got indices[0] = 9
         """
-        self._write(indices, priority, "priority")
-
-    def _write(self, indices: Any, priorities: Any, name: str) -> None:
-        """`feedback`'s work; ``name``: the caller's name for the priorities, which its errors use."""
-        slots, values, top = self._check_feedback(indices, priorities, name)
+        slots, values, top = self._check_feedback(indices, priority)
         if self.optimize_memory_usage and self.full:  # type: ignore[attr-defined]
             valid = slots // self.n_envs != self.pos  # type: ignore[attr-defined]
             slots, values = slots[valid], values[valid]
@@ -277,11 +273,10 @@ class PrioritizedMixin:
                 self._new_leaves = np.full(self.n_envs, top ** self.alpha)
         self._awaiting_feedback = False
 
-    def _check_feedback(self, indices: Any, priorities: Any, name: str = "priority"
-                        ) -> tuple[np.ndarray, np.ndarray, float]:
+    def _check_feedback(self, indices: Any, priorities: Any) -> tuple[np.ndarray, np.ndarray, float]:
         """The checked slots (int64), their priorities plus eps (float64) and the largest of those (0.0 when
-        none): raises the ValueError of the first problem found (naming the priorities ``name``), before anything
-        is written."""
+        none): raises the ValueError of the first problem found, before anything is written. Errors name
+        `feedback`'s keyword, ``priority`` (`update_priorities` is its alias)."""
         slots = np.asarray(indices)
         if slots.ndim != 1:
             raise ValueError(f"indices must be a 1-D array of sampled slots, got shape {slots.shape}")
@@ -290,9 +285,9 @@ class PrioritizedMixin:
         try:
             values = np.asarray(priorities, dtype=np.float64)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"{name} must be an array of numbers, got {priorities!r}") from err
+            raise ValueError(f"priority must be an array of numbers, got {priorities!r}") from err
         if values.shape != slots.shape:
-            raise ValueError(f"{name} must have the shape of indices {slots.shape}, got shape {values.shape}")
+            raise ValueError(f"priority must have the shape of indices {slots.shape}, got shape {values.shape}")
         slots = np.ascontiguousarray(slots, dtype=np.int64)  # what the tree write takes
         if not slots.size:
             return slots, values, 0.0
@@ -306,7 +301,7 @@ class PrioritizedMixin:
         top = float(np.maximum.reduce(values))
         if not (np.minimum.reduce(values) >= 0 and math.isfinite(top)):  # NaN fails the first comparison
             j = int(np.flatnonzero(~(np.isfinite(values) & (values >= 0)))[0])
-            raise ValueError(f"{name} must be finite and >= 0, got {name}[{j}] = {float(values[j])}")
+            raise ValueError(f"priority must be finite and >= 0, got priority[{j}] = {float(values[j])}")
         # adding eps is monotonic, so the largest priority + eps is the largest priority, + eps
         return slots, values + self.priority_eps, top + self.priority_eps
 

@@ -103,15 +103,15 @@ def test_new_transitions_get_the_largest_priority_seen():
 
 
 BAD = [
-    (np.array([0, 1]), np.array([1.0, np.nan]), r"priorities must be finite and >= 0, got priorities\[1\] = nan"),
-    (np.array([0, 1]), np.array([np.inf, 1.0]), r"priorities\[0\] = inf"),
-    (np.array([0, 1]), np.array([1.0, -0.5]), r"priorities\[1\] = -0.5"),
+    (np.array([0, 1]), np.array([1.0, np.nan]), r"priority must be finite and >= 0, got priority\[1\] = nan"),
+    (np.array([0, 1]), np.array([np.inf, 1.0]), r"priority\[0\] = inf"),
+    (np.array([0, 1]), np.array([1.0, -0.5]), r"priority\[1\] = -0.5"),
     (np.array([0, 99]), np.array([1.0, 1.0]), r"indices must lie in \[0, 12\).*got indices\[1\] = 99"),
     (np.array([-1]), np.array([1.0]), r"indices\[0\] = -1"),
-    (np.array([0, 1]), np.array([1.0]), r"priorities must have the shape of indices \(2,\), got shape \(1,\)"),
+    (np.array([0, 1]), np.array([1.0]), r"priority must have the shape of indices \(2,\), got shape \(1,\)"),
     (np.array([[0, 1]]), np.array([[1.0, 1.0]]), r"indices must be a 1-D array.*shape \(1, 2\)"),
     (np.array([0.0, 1.0]), np.array([1.0, 1.0]), r"indices must be integers, got dtype float64"),
-    (np.array([0]), ["x"], r"priorities must be an array of numbers"),
+    (np.array([0]), ["x"], r"priority must be an array of numbers"),
 ]
 
 
@@ -129,7 +129,7 @@ def test_bad_feedback_names_the_value_and_changes_nothing(indices, priorities, m
     buffer.update_priorities(pending.indices, np.ones(4))  # still usable
 
 
-def test_errors_name_the_priorities_as_the_caller_did():
+def test_errors_name_feedbacks_keyword_also_through_the_alias():
     buffer = flat_buffer(32, n_envs=2)
     fill(buffer, 6)
     batch = buffer.sample(2)
@@ -137,7 +137,7 @@ def test_errors_name_the_priorities_as_the_caller_did():
         buffer.feedback(batch.indices, priority=np.array([1.0, np.nan]))
     with pytest.raises(ValueError, match=r"priority must have the shape of indices \(2,\), got shape \(1,\)"):
         buffer.feedback(batch.indices, priority=np.array([1.0]))
-    with pytest.raises(ValueError, match=r"priorities must be finite and >= 0, got priorities\[0\] = inf"):
+    with pytest.raises(ValueError, match=r"priority must be finite and >= 0, got priority\[0\] = inf"):
         buffer.update_priorities(batch.indices, np.array([np.inf, 1.0]))
 
 
@@ -149,7 +149,7 @@ def test_any_bad_priority_anywhere_is_refused_whole(where, bad):
     before = snapshot(buffer)
     values = np.arange(8.0)
     values[where] = bad
-    with pytest.raises(ValueError, match=rf"priorities\[{where}\]"):
+    with pytest.raises(ValueError, match=rf"priority\[{where}\]"):
         buffer.update_priorities(np.arange(8), values)
     assert snapshot(buffer) == before
 
