@@ -33,6 +33,7 @@ import numpy as np
 from numba import njit
 
 from .rng import fill_uniforms
+from .tree import argmin_in_column
 
 MAX_HALVINGS = 30  # a record this many staleness periods old is forgotten (its decay is 0)
 _BELOW_ONE = float(np.nextafter(1.0, 0.0))
@@ -79,28 +80,7 @@ def _descend(sums, base, n_leaves, target):
 @njit(cache=True, nogil=True)
 def _descend_active(active, n_leaves, target):
     """`_descend` over the active tree's counts (an exploration draw)."""
-    at = 1
-    u = target
-    while at < n_leaves:
-        left = 2 * at
-        mass_left = active[left, COUNT]
-        go_right = (u >= mass_left or mass_left <= 0.0) and active[left + 1, COUNT] > 0.0
-        if go_right:
-            u -= mass_left
-            at = left + 1
-        else:
-            at = left
-    return at - n_leaves
-
-
-@njit(cache=True, nogil=True)
-def _argmin_key(active, n_leaves):
-    """The slot of the smallest retest key, the lowest slot among ties."""
-    i = 1
-    while i < n_leaves:
-        left = 2 * i
-        i = left if active[left, KEY] <= active[left + 1, KEY] else left + 1
-    return i - n_leaves
+    return _descend(active[:, COUNT], 0, n_leaves, target)
 
 
 @njit(cache=True, nogil=True)
@@ -429,7 +409,7 @@ def draw(rng_state, retest_places, exploration, priors, out, clock, step, last_t
     k = out.shape[0]
     retests = 0
     while retests < retest_places and active[1, KEY] < _INF:
-        i = _argmin_key(active, n_leaves)
+        i = argmin_in_column(active, n_leaves, KEY)  # the smallest retest key, lowest slot among ties
         out[retests] = i
         _hide_from_sums(i, bucket_of, position, data, prior, prior_at, n_leaves)
         _hide_from_active(out, retests, retests + 1, active, n_leaves)

@@ -218,11 +218,17 @@ def sample_leaves(nodes, n_leaves, uniforms, total, stratified):
 @njit(cache=True, nogil=True)
 def argmin_key(nodes, layout):
     """Slot of the smallest eviction key (lowest slot among ties)."""
-    n_leaves, c_keys = layout[N_LEAVES], layout[C_KEYS]
+    return argmin_in_column(nodes, layout[N_LEAVES], layout[C_KEYS])
+
+
+@njit(cache=True, nogil=True)
+def argmin_in_column(nodes, n_leaves, column):
+    """Slot of the smallest leaf of the min tree in ``nodes[:, column]`` (lowest slot among ties): one walk down,
+    to the smaller child each level. Also the prompt sampler's next retest (`kernels.prompts`)."""
     i = 1
     while i < n_leaves:
         left = 2 * i
-        i = left if nodes[left, c_keys] <= nodes[left + 1, c_keys] else left + 1
+        i = left if nodes[left, column] <= nodes[left + 1, column] else left + 1
     return i - n_leaves
 
 
