@@ -54,6 +54,20 @@ class ProcessGroup:
 
         return finish
 
+    def all_gather_ragged(self, indices: np.ndarray, values: np.ndarray, lengths: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Every rank's int64 ``indices`` and float64 ``values`` (one of each per entry), concatenated in rank
+        order. ``lengths`` holds every rank's entry count, already gathered (ranks send rows of the longest
+        length, so one collective carries both arrays)."""
+        width = int(np.max(lengths))
+        row = np.zeros(2 * width, np.int64)
+        row[:len(indices)] = indices
+        row[width:width + len(values)] = np.ascontiguousarray(values, np.float64).view(np.int64)
+        table = self.all_gather_rows(row)
+        merged_indices = np.concatenate([table[r, :lengths[r]] for r in range(self.size)])
+        merged_values = np.concatenate([table[r, width:width + lengths[r]] for r in range(self.size)])
+        return merged_indices, merged_values.view(np.float64)
+
     def all_gather_objects(self, value: Any) -> list:
         everyone: list = [None] * self.size
         self.dist.all_gather_object(everyone, value, group=self.group)

@@ -186,13 +186,7 @@ class GRPOPromptSampler(Sampler[int]):
         if len(set(table[:, 2].tolist())) > 1:
             raise ValueError(f"policy_step differs across ranks: {table[:, 2].tolist()} (-1: not given); pass "
                              f"the same step on every rank")
-        width = int(table[:, 1].max())
-        row = np.zeros(2 * width, np.int64)
-        row[:len(indices)], row[width:width + len(values)] = indices, values.view(np.int64)
-        rows = self.world.all_gather_rows(row)
-        lengths = table[:, 1]
-        merged_indices = np.concatenate([rows[r, :lengths[r]] for r in range(len(rows))])
-        merged_rewards = np.concatenate([rows[r, width:width + lengths[r]].view(np.float64) for r in range(len(rows))])
+        merged_indices, merged_rewards = self.world.all_gather_ragged(indices, values, table[:, 1])
         return merged_indices, merged_rewards, None if table[0, 2] < 0 else int(table[0, 2])
 
     def stats(self) -> dict[str, Any]:

@@ -134,13 +134,7 @@ class MixtureBatchSampler(RecordedBatchSampler[MixtureBatch]):
             raise RuntimeError(f"the ranks' mixture samplers diverged (batches drawn: {everyone[:, 2].tolist()}, or "
                                f"their generators differ): every rank must draw the same batches and call feedback "
                                f"the same number of times (same DataLoader settings on every rank)")
-        width = int(everyone[:, 1].max())
-        row = np.zeros(2 * width, np.int64)
-        row[:len(idx)], row[width:width + len(idx)] = idx, values.view(np.int64)
-        table = self.world.all_gather_rows(row)
-        counts = everyone[:, 1]
-        all_indices = np.concatenate([table[r, :counts[r]] for r in range(len(table))])
-        all_losses = np.concatenate([table[r, width:width + counts[r]] for r in range(len(table))]).view(np.float64)
+        all_indices, all_losses = self.world.all_gather_ragged(idx, values, everyone[:, 1])
         self.mixture.feedback(all_indices, loss=all_losses)
 
     def stats(self) -> dict[str, Any]:
