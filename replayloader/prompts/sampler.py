@@ -85,6 +85,37 @@ class PromptBatch:
     def __len__(self) -> int:
         return len(self.indices)
 
+    @staticmethod
+    def fields(batch: PromptBatch | None) -> dict[str, Any]:
+        """The state fields of the batch a loader is handing out (``None``: between batches), as the torch and
+        verl samplers save them; `read_fields` reads them back."""
+        return {"batch_indices": np.zeros(0, np.int64) if batch is None else batch.indices.copy(),
+                "batch_retest": np.zeros(0, bool) if batch is None else batch.retest.copy(),
+                "batch_step": -1 if batch is None else batch.step,
+                "batch_policy_step": -1 if batch is None else batch.policy_step}
+
+    @classmethod
+    def read_fields(cls, state: Mapping, where: str, *, size: int, num_prompts: int, offset: int, started: int,
+                    unit: str) -> PromptBatch | None:
+        """The batch `fields` saved in ``state`` (None between batches), checked against the loader's
+        ``offset`` into it and the number of batches its epoch has ``started``; `InvalidState` names the bad
+        field. ``unit`` is what the loader calls a batch in its messages ("chunk", "batch")."""
+        indices = array(state, "batch_indices", where, (-1,), "iu", np.int64)
+        retest = array(state, "batch_retest", where, (-1,), "b", np.bool_)
+        handing_out = len(indices) > 0
+        require(len(indices) in (0, size), f"{where}['batch_indices'] must hold the current {unit}'s {size} "
+                                           f"prompts (none while no {unit} is handed out), got {len(indices)}")
+        require(len(retest) == len(indices), f"{where}['batch_retest'] must hold one retest flag per entry of "
+                                             f"'batch_indices' ({len(indices)}), got {len(retest)}")
+        require(handing_out or offset == 0, f"{where}['offset'] is {offset} but no {unit} is being handed out")
+        require(not handing_out or started >= 1, f"{where}: a {unit} is being handed out but the epoch has "
+                                                  f"started none")
+        require(not handing_out or bool(((indices >= 0) & (indices < num_prompts)).all()),
+                f"{where}['batch_indices'] must lie in [0, {num_prompts})")
+        step = integer(state, "batch_step", where, -1)
+        policy_step = integer(state, "batch_policy_step", where, -1)
+        return cls(indices, retest, step, policy_step) if handing_out else None
+
 
 class _EverDrawn:
     """Whether prompts were ever drawn, read only at the indices a feedback call names (`read_groups`'s

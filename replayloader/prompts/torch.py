@@ -45,7 +45,7 @@ from torch.utils.data import Sampler
 from .. import _checks as checks
 from ..distributed.group import current_group
 from ..distributed.state_files import state_digest
-from ..state.checks import array, check_header, counters, field, integer, require
+from ..state.checks import check_header, counters, field, integer
 from .groups import read_completions
 from .sampler import PromptBatch, PromptSampler
 
@@ -224,10 +224,7 @@ class GRPOPromptSampler(Sampler[int]):
             batch, offset = None, 0
         return {"version": STATE_VERSION, "config": self._config(), "prompts": self.prompts.state_dict(),
                 "epoch": self.epoch, "chunk": self.chunk, "offset": offset,
-                "batch_indices": np.zeros(0, np.int64) if batch is None else batch.indices.copy(),
-                "batch_retest": np.zeros(0, bool) if batch is None else batch.retest.copy(),
-                "batch_step": -1 if batch is None else batch.step,
-                "batch_policy_step": -1 if batch is None else batch.policy_step, "counters": dict(self.counters)}
+                **PromptBatch.fields(batch), "counters": dict(self.counters)}
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a `state_dict`: the next index is the one that would have followed. Checked first
@@ -246,22 +243,10 @@ class GRPOPromptSampler(Sampler[int]):
         epoch = integer(state, "epoch", where, 0)
         chunk = integer(state, "chunk", where, 0, self.num_batches)
         offset = integer(state, "offset", where, 0, self.chunk_length - 1)
-        n, b = self.prompts.num_prompts, self.prompts.batch_size
-        indices = array(state, "batch_indices", where, (-1,), "iu", np.int64)
-        retest = array(state, "batch_retest", where, (-1,), "b", np.bool_)
-        in_chunk = len(indices) > 0
-        require(len(indices) in (0, b), f"{where}['batch_indices'] must hold the current chunk's {b} prompts (or "
-                                        f"none between chunks), got {len(indices)}")
-        require(len(retest) == len(indices), f"{where}['batch_retest'] must hold one retest flag per entry of "
-                                             f"'batch_indices' ({len(indices)}), got {len(retest)}")
-        require(in_chunk or offset == 0, f"{where}['offset'] is {offset} but no chunk is being yielded")
-        require(not in_chunk or chunk >= 1, f"{where}: a chunk is being yielded but the epoch has started none")
-        require(not in_chunk or bool(((indices >= 0) & (indices < n)).all()),
-                f"{where}['batch_indices'] must lie in [0, {n})")
-        batch_step = integer(state, "batch_step", where, -1)
-        batch_policy_step = integer(state, "batch_policy_step", where, -1)
+        batch = PromptBatch.read_fields(state, where, size=self.prompts.batch_size, offset=offset, started=chunk,
+                                        num_prompts=self.prompts.num_prompts, unit="chunk")
         counts = counters(state, "counters", where, self.counters)
         self.prompts.load_state_dict(field(state, "prompts", where))  # checks all of its state before it changes
         # Everything is checked: from here on nothing can fail.
         self.epoch, self.chunk, self.offset, self.counters = epoch, chunk, offset, counts
-        self.batch = PromptBatch(indices, retest, batch_step, batch_policy_step) if in_chunk else None
+        self.batch = batch

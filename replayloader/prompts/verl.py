@@ -45,7 +45,7 @@ from torch.utils.data import Sampler
 
 from .. import _checks as checks
 from .._arrays import to_numpy
-from ..state.checks import array, check_header, counters, field, integer, require
+from ..state.checks import check_header, counters, field, integer
 from .rules import Learnability, RewardSpread, Uniform
 from .sampler import PromptBatch, PromptSampler
 
@@ -225,10 +225,7 @@ class VerlPromptSampler(_Base):
         done = self.batch is None or self.offset == len(self.batch)
         return {"version": STATE_VERSION, "config": {"num_batches": self.num_batches}, "prompts":
                 self.prompts.state_dict(), "epoch": self.epoch, "chunk": self.chunk, "offset": 0 if done else self.offset,
-                "batch_indices": np.zeros(0, np.int64) if done else self.batch.indices.copy(),
-                "batch_retest": np.zeros(0, bool) if done else self.batch.retest.copy(),
-                "batch_step": -1 if done else self.batch.step,
-                "batch_policy_step": -1 if done else self.batch.policy_step, "counters": dict(self.counters)}
+                **PromptBatch.fields(None if done else self.batch), "counters": dict(self.counters)}
 
     def load_state_dict(self, state: Mapping) -> None:
         """Restore a `state_dict` (checked first: `InvalidState` names the bad field, nothing changes). What was
@@ -238,21 +235,11 @@ class VerlPromptSampler(_Base):
         epoch = integer(state, "epoch", where, 0)
         chunk = integer(state, "chunk", where, 0, self.num_batches)
         offset = integer(state, "offset", where, 0, b - 1)
-        indices = array(state, "batch_indices", where, (-1,), "iu", np.int64)
-        retest = array(state, "batch_retest", where, (-1,), "b", np.bool_)
-        in_batch = len(indices) > 0
-        require(len(indices) in (0, b), f"{where}['batch_indices'] must hold the current batch's {b} prompts (or "
-                                        f"none between batches), got {len(indices)}")
-        require(len(retest) == len(indices), f"{where}['batch_retest'] must hold one retest flag per entry of "
-                                             f"'batch_indices' ({len(indices)}), got {len(retest)}")
-        require(in_batch or offset == 0, f"{where}['offset'] is {offset} but no batch is being handed out")
-        require(not in_batch or (chunk >= 1 and bool(((indices >= 0) & (indices < self.prompts.num_prompts)).all())),
-                f"{where}['batch_indices'] must lie in [0, {self.prompts.num_prompts}) inside a started epoch")
-        batch_step = integer(state, "batch_step", where, -1)
-        batch_policy_step = integer(state, "batch_policy_step", where, -1)
+        batch = PromptBatch.read_fields(state, where, size=b, offset=offset, started=chunk,
+                                        num_prompts=self.prompts.num_prompts, unit="batch")
         counts = counters(state, "counters", where, self.counters)
         self.prompts.load_state_dict(field(state, "prompts", where))  # checks all of its state before it changes
         self.epoch, self.chunk, self.offset, self.counters = epoch, chunk, offset, counts
-        self.batch = PromptBatch(indices, retest, batch_step, batch_policy_step) if in_batch else None
-        self.pending = set(indices[:offset].tolist())
-        self._awaiting = int(in_batch)
+        self.batch = batch
+        self.pending = set() if batch is None else set(batch.indices[:offset].tolist())
+        self._awaiting = int(batch is not None)

@@ -162,7 +162,7 @@ def test_a_bad_state_is_refused_and_changes_nothing():
     sc.train(sampler, 3)
     before = copy.deepcopy(sampler.state_dict())
     for change, message in (({"offset": 5, "batch_indices": np.zeros(0, np.int64)},
-                             r"\['offset'\] is 5 but no chunk is being yielded"),
+                             r"\['offset'\] is 5 but no chunk is being handed out"),
                             ({"chunk": 99}, r"\['chunk'\] must be in \[0, 13\], got 99"),
                             ({"batch_retest": np.zeros(len(before["batch_indices"]) + 1, bool)},
                              r"\['batch_retest'\] must hold one retest flag per entry of 'batch_indices'"),
