@@ -33,12 +33,12 @@ import numpy as np
 from numba import njit
 
 from .rng import fill_uniforms
-from .tree import argmin_in_column
+from .tree import ascend_levels, argmin_in_column
 
 MAX_HALVINGS = 30  # a record this many staleness periods old is forgotten (its decay is 0)
 _BELOW_ONE = float(np.nextafter(1.0, 0.0))
 _INF = np.inf
-COUNT, KEY = 0, 1  # the active tree's columns
+COUNT, KEY = 0, 1  # the active tree's columns (COUNT must be 0: the tree kernels' sum column, `_ascend_active`)
 
 
 # ----------------------------------------------------------------------------------------------- trees
@@ -135,27 +135,9 @@ def _ascend_buckets(prior, prior_at, trees, slots):
 
 @njit(cache=True, nogil=True)
 def _ascend_active(active, n_leaves, slots):
-    """`_ascend_sums` for the active tree: both columns (the count's sum, the key's minimum)."""
-    m = slots.shape[0]
-    if m == 0:
-        return
-    width = n_leaves >> 1
-    if width > m:
-        up = np.empty(m, np.int64)
-        for j in range(m):
-            up[j] = (n_leaves + slots[j]) >> 1
-        while width > m:
-            for j in range(m):
-                i = up[j]
-                active[i, COUNT] = active[2 * i, COUNT] + active[2 * i + 1, COUNT]
-                active[i, KEY] = min(active[2 * i, KEY], active[2 * i + 1, KEY])
-                up[j] = i >> 1
-            width >>= 1
-    while width >= 1:
-        for i in range(width, 2 * width):
-            active[i, COUNT] = active[2 * i, COUNT] + active[2 * i + 1, COUNT]
-            active[i, KEY] = min(active[2 * i, KEY], active[2 * i + 1, KEY])
-        width >>= 1
+    """`_ascend_sums` for the active tree: its count column is the sum column 0 and its key column a min column
+    of the tree kernels' node layout, so their level-by-level ascent serves it."""
+    ascend_levels(active, -1, -1, KEY, n_leaves, slots)
 
 
 @njit(cache=True, nogil=True)

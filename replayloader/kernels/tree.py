@@ -24,7 +24,7 @@ Two sets of write kernels walk the same array, with bit-identical results (the s
 write; draws are untouched):
 
 * `LEVELS` (the default): a write recomputes the K walks' ancestors level by level across the walks, with no
-  bookkeeping, so the K cache misses of a level overlap (`_ascend_levels`), about twice as fast at N >= 1e5.
+  bookkeeping, so the K cache misses of a level overlap (`ascend_levels`), about twice as fast at N >= 1e5.
 * `WALKS` (the original): each slot's ancestors to the top of the levels wider than 2K, walk by walk
   (`_ascend_walks`).
 
@@ -65,7 +65,7 @@ def _recompute(nodes, i, c_raw, c_minp, c_keys):
 
 
 @njit(cache=True, nogil=True)
-def _ascend_levels(nodes, c_raw, c_minp, c_keys, n_leaves, slots):
+def ascend_levels(nodes, c_raw, c_minp, c_keys, n_leaves, slots):
     """Recompute every ancestor of `slots` (the `LEVELS` kernels), in two regimes:
 
     * levels wider than K: level by level, every walk's node on that level, no bookkeeping. A node shared by
@@ -155,7 +155,7 @@ def set_leaves(nodes, layout, slots, priorities, new_keys, new_raw):
     if layout[KERNELS] == WALKS:
         _ascend_walks(nodes, c_raw, c_minp, c_keys, n_leaves, slots)
     else:
-        _ascend_levels(nodes, c_raw, c_minp, c_keys, n_leaves, slots)
+        ascend_levels(nodes, c_raw, c_minp, c_keys, n_leaves, slots)
 
 
 @njit(cache=True, nogil=True)
