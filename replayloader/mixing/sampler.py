@@ -221,8 +221,10 @@ class SourceMixer:
         k = self.num_sources
         counts = {name: array(state, f"counts_{name}", where, (k,), "iu", np.int64) for name in self.counts}
         require(all(not (c < 0).any() for c in counts.values()), f"{where}['counts_*'] must be >= 0")
-        require(bool((counts["fed_back"] <= counts["drawn"]).all()),
-                f"{where}['counts_fed_back'] must not exceed counts_drawn per source, got "
+        # feedback may name an example again (duplicates, or a batch fed back twice), so a source's feedback
+        # entries can outnumber its draws; but only drawn examples take feedback
+        require(not bool(((counts["fed_back"] > 0) & (counts["drawn"] == 0)).any()),
+                f"{where}['counts_fed_back'] holds feedback for a source never drawn from, got "
                 f"{counts['fed_back'].tolist()} fed back of {counts['drawn'].tolist()} drawn")
         loss_sums = array(state, "loss_sums", where, (k,), "fiu", np.float64)
         require(bool(np.isfinite(loss_sums).all()), f"{where}['loss_sums'] must be finite")
