@@ -59,8 +59,9 @@ class SamplerGroup:
     """Samplers of single draws (batch_size 1) stepped together, in ascending order: `draw_singles` and
     `feedback_losses` do what each sampler's `_single_draws` and `feedback(indices, loss=...)` would, in turn.
 
-    What never changes for a sampler (its tree's node array, its sizes and options, its update rule) is gathered
-    once here; what a checkpoint replaces (generator, weights, marks) is read at every call."""
+    Each sampler's arrays (its tree's nodes, generator, weights, marks) and options are gathered once here: a
+    sampler's `load_state_dict` writes into the arrays it has (the tree is cleared and refilled in place), so
+    they stay its state. Its epoch (an int) is read at every call."""
 
     def __init__(self, samplers: Sequence[PrioritizedSampler]) -> None:
         self.samplers = list(samplers)
@@ -72,6 +73,11 @@ class SamplerGroup:
         self.trees = tuple(s.tree.nodes for s in group)
         self.layouts = tuple(s.tree.layout for s in group)
         self.seen = tuple(s._seen for s in group)
+        self.rngs = tuple(s.rng_state for s in group)
+        self.last_drawn = tuple(s.last_drawn_epoch for s in group)
+        self.weights = tuple(s.weights for s in group)
+        self.visits = tuple(s.visits for s in group)
+        self.measured = tuple(s.measured for s in group)
         self.n_leaves = np.array([s.tree.n_leaves for s in group], np.int64)
         self.sizes = np.array([s.num_examples for s in group], np.int64)
         self.uniform_fractions = np.array([s.uniform_fraction for s in group], np.float64)
@@ -93,9 +99,9 @@ class SamplerGroup:
                 start += wanted[k]
             return
         n_uniform = np.zeros(len(group), np.int64)
-        failed = group_single_draws(counts, tuple(s.rng_state for s in group), self.trees, self.n_leaves,
-                                    self.uniform_fractions, self.sizes, tuple(s.last_drawn_epoch for s in group),
-                                    np.array([s.epoch for s in group], np.int64), out, n_uniform)
+        failed = group_single_draws(counts, self.rngs, self.trees, self.n_leaves, self.uniform_fractions,
+                                    self.sizes, self.last_drawn, np.array([s.epoch for s in group], np.int64), out,
+                                    n_uniform)
         uniform = n_uniform.tolist()
         for k in active:
             if failed and k == -1 - failed:
@@ -116,10 +122,9 @@ class SamplerGroup:
                     start += count
             return
         updated = np.zeros(len(group), np.int64)
-        failed = _loss_feedback(counts, local, losses, tuple(s.last_drawn_epoch for s in group), self.seen,
-                                self.trees, self.layouts, tuple(s.weights for s in group),
-                                tuple(s.visits for s in group), tuple(s.measured for s in group), self.alphas,
-                                self.floors, self.value_floors, updated)
+        failed = _loss_feedback(counts, local, losses, self.last_drawn, self.seen, self.trees, self.layouts,
+                                self.weights, self.visits, self.measured, self.alphas, self.floors,
+                                self.value_floors, updated)
         if failed:
             raise RuntimeError(f"sampler {-1 - failed} of the group refused indices its caller had checked")
         for k, count in enumerate(updated.tolist()):

@@ -396,8 +396,10 @@ class PrioritizedSampler:
             self.update_rule.load_state_dict(previous_update)
             raise
         # Everything is checked: from here on nothing can fail.
-        self.rng_state = rng
-        self.weights, self.visits, self.measured, self.last_drawn_epoch = weights, visits, measured, last_drawn
+        # in place: a `SamplerGroup` holding these arrays keeps seeing this sampler's state
+        for mine, loaded in ((self.rng_state, rng), (self.weights, weights), (self.visits, visits),
+                             (self.measured, measured), (self.last_drawn_epoch, last_drawn)):
+            mine[...] = loaded
         self.epoch, self.position, self.step = epoch, position, step
         self.order = order
         self.counters = counts

@@ -77,13 +77,16 @@ RULES = {"odm": lambda k: ODM(warmup_steps=2), "fixed": lambda k: FixedMixture(n
        seed=st.integers(0, 10_000), rule=st.sampled_from(sorted(RULES)),
        within=st.sampled_from(["uniform", "prioritized"]),
        warmup=st.integers(0, 1), uniform_fraction=st.sampled_from([0.0, 0.25]), init=st.sampled_from(["mean", "max"]),
-       plan=st.lists(st.tuples(st.booleans(), st.integers(0, 2**31)), min_size=1, max_size=14))
+       plan=st.lists(st.tuples(st.booleans(), st.integers(0, 2**31)), min_size=1, max_size=14),
+       reload_at=st.integers(0, 16))
 def test_the_sampler_draws_and_learns_as_the_step_by_step_reference(sizes, batch_size, seed, rule, within, warmup,
-                                                                   uniform_fraction, init, plan):
+                                                                   uniform_fraction, init, plan, reload_at):
     """``plan``: per step, whether its batch is fed back, and a seed for which of its examples (some twice) and
     their losses. ``init="max"`` (an initializer that watches feedback) takes the sources' feedback one sampler
     at a time, ``"mean"`` in one compiled pass (`sampler.groups`); warm-up passes and epoch ends take the draws
-    one sampler at a time."""
+    one sampler at a time. Before step ``reload_at`` the run moves to another sampler of the same settings that
+    had drawn and learned from other batches, by loading the state (a group's compiled pass must then use what
+    was loaded, not what its samplers held before)."""
     def options():
         return {"warmup_epochs": warmup, "uniform_fraction": uniform_fraction,
                 "init": MeanWeight() if init == "mean" else MaxWeight()} if within == "prioritized" else {}
@@ -91,7 +94,15 @@ def test_the_sampler_draws_and_learns_as_the_step_by_step_reference(sizes, batch
     sampler = MixtureSampler(sizes, batch_size=batch_size, rule=RULES[rule](len(sizes)), seed=seed, within=within,
                              prioritized=options())
     reference = Reference(sizes, batch_size, RULES[rule](len(sizes)), seed, within, options())
-    for feed, feed_seed in plan:
+    for step, (feed, feed_seed) in enumerate(plan):
+        if step == reload_at:
+            other = MixtureSampler(sizes, batch_size=batch_size, rule=RULES[rule](len(sizes)), seed=seed,
+                                   within=within, prioritized=options())
+            for _ in range(3):
+                drawn = other.next_batch()
+                other.feedback(drawn, loss=np.linspace(0.5, 2.5, batch_size))
+            other.load_state_dict(sampler.state_dict())
+            sampler = other
         batch = sampler.next_batch()
         indices, sources, weights = reference.next_batch()
         np.testing.assert_array_equal(batch.indices, indices)
