@@ -470,7 +470,7 @@ class PromptSampler:
             new[name] = array(state, name, where, (k,), "fiu", np.float64)
             finite_nonnegative(new[name], f"{where}[{name!r}]")
         top = self._max_signal()
-        for total, count in (("signal_sum", "groups"), ("bucket_sum", "bucket_weight")):
+        for total, count in (("signal_sum", "groups"), ("bucket_sum", "bucket_weight")) if np.isfinite(top) else ():
             over = np.flatnonzero(new[total] > top * new[count] * (1.0 + 1e-9) + 1e-12)
             i = int(over[0]) if len(over) else 0
             require(not len(over), f"{where}[{total!r}][{i}] = {float(new[total][i])!r} exceeds what "

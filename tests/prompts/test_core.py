@@ -3,6 +3,7 @@ draw distribution, property-tested with hypothesis; exact resume; retests, retir
 from __future__ import annotations
 
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -92,6 +93,19 @@ def test_a_state_dict_round_trip_continues_the_identical_draws(scenario, cut):
     assert run(resumed, None, group, batch, calls[cut:]) == rest
     assert_state_equal(resumed.state_dict(), first.state_dict())
     np.testing.assert_array_equal(resumed.priorities(), first.priorities())  # the trees, rebuilt, bit for bit
+
+
+def test_a_state_of_a_rule_with_unbounded_signals_loads_without_warnings():
+    """RewardSpread does not bound a group's signal (graded rewards), so the load has no bound to check the
+    signal sums against, and must not compute inf x 0 for prompts never measured."""
+    sampler = PromptSampler(6, 2, rule=RewardSpread(), group_size=3, seed=0)
+    batch = sampler.next_batch()
+    sampler.feedback(batch.indices, rewards=np.array([[0.0, 0.5, 1.0], [0.2, 0.2, 0.9]]))
+    resumed = PromptSampler(6, 2, rule=RewardSpread(), group_size=3, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resumed.load_state_dict(sampler.state_dict())
+    assert resumed.next_batch().indices.tolist() == sampler.next_batch().indices.tolist()
 
 
 def chi_square_p(counts: np.ndarray, probabilities: np.ndarray) -> float:
