@@ -69,10 +69,11 @@ class PrioritizedBatchSampler(RecordedBatchSampler[SampledBatch]):
 
         After `load_state_dict` the loop's epoch is that of the oldest batch drawn before the checkpoint and not
         received yet: a DataLoader that fetched ahead may have drawn the last batch of that epoch, so the sampler
-        itself is already in the next one. Asking for the loop's epoch then changes nothing."""
+        itself is already in the next one. Asking for the loop's epoch then changes nothing; asking for a later
+        one (the loop ended that epoch early, and the checkpoint was taken at its end) drops those batches."""
         if self._waiting and epoch == self._waiting[0].epoch:
             return
-        if epoch != self.sampler.epoch:
+        if self._waiting or epoch != self.sampler.epoch:
             self._load_pending(())
         advance_to_epoch(self.sampler, epoch)
 
