@@ -114,6 +114,8 @@ class GRPOPromptSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         """The rest of the current epoch (all of it when it has not started); then the next epoch begins."""
         group = self.prompts.batch_size * self.num_generations
+        if self.batch is not None and self.offset == self.chunk_length:  # handed out whole (as `state_dict` says)
+            self.batch, self.offset = None, 0
         if self.batch is None and self.chunk == self.num_batches:  # the last epoch is over: the next begins
             self.chunk, self.epoch = 0, self.epoch + 1
         while self.batch is not None or self.chunk < self.num_batches:

@@ -131,6 +131,8 @@ class VerlPromptSampler(_Base):
     def __iter__(self) -> Iterator[int]:
         """The rest of the current epoch (all of it when it has not started); then the next epoch begins. A batch
         is drawn when its first index is asked for, so it sees every update given by then."""
+        if self.batch is not None and self.offset == len(self.batch):  # handed out whole (as `state_dict` says)
+            self.batch, self.offset = None, 0
         if self.batch is None and self.chunk == self.num_batches:
             self.chunk, self.epoch = 0, self.epoch + 1
         while self.batch is not None or self.chunk < self.num_batches:

@@ -25,12 +25,10 @@ Legitimate use, as the docstrings, docs/prompts.md and tests/prompts/{scenario,t
 - `DynamicSampling`: draws and their one feedback each (any order, either layout, numpy or torch), rounds until
   the batch is full or ``max_rounds``, cut between a draw and its feedback too.
 
-Found here (kept out of the GRPO property by an ``assume``, pinned by strict xfails): after exactly ``len()``
-indices from one iterator that was not run on to its StopIteration, a new iterator of the uninterrupted
-`GRPOPromptSampler` (or `VerlPromptSampler`) yields an empty pass, while one loaded from the state_dict taken
-then starts the next epoch at once (`test_a_new_iterator_after_an_epochs_last_index_gives_an_empty_pass_unless_resumed`,
-`test_verl_new_iterator_after_an_epochs_last_index_gives_an_empty_pass_unless_resumed`). The verl property does not
-see it: its loop, like verl's, asks an empty iterator again.
+Found here, and fixed: after exactly ``len()`` indices from one iterator that was not run on to its
+StopIteration, a new iterator of `GRPOPromptSampler` (or `VerlPromptSampler`) yielded an empty pass, while one
+loaded from the state_dict taken then started the next epoch at once; both now start the next epoch
+(`test_a_new_iterator_after_an_epochs_last_index_starts_the_next_epoch`, `test_verl_new_iterator_after_an_epochs_last_index_starts_the_next_epoch`).
 """
 from __future__ import annotations
 
@@ -155,16 +153,12 @@ def _pull(s, context):
     if context["exhausted"] or not _can_pull(s) or (_needs_draw(s) and active(s.prompts) < s.prompts.batch_size):
         return False  # (too few active prompts for a batch: a documented RuntimeError, the run stops drawing)
     if context["it"] is None:
-        # pinned by test_a_new_iterator_after_an_epochs_last_index_gives_an_empty_pass_unless_resumed (strict
-        # xfail): this new iterator of the uninterrupted run yields an empty pass, the resumed one's the next epoch
-        assume(not context.get("epoch_end_open"))
         context["it"] = iter(s)
     try:
         context["queue"].append(next(context["it"]))
-        context["epoch_end_open"] = False
         return True
     except StopIteration:
-        context.update(exhausted=True, it=None, epoch_end_open=False)
+        context.update(exhausted=True, it=None)
         return False
 
 
@@ -273,9 +267,6 @@ def grpo_checkpoint(pick):
         epoch_done = _needs_draw(s) and s.chunk == s.num_batches and k == 0 and context["it"] is not None
         resumed = {**copy.deepcopy({**context, "it": None}), "queue": kept,
                    "exhausted": context["exhausted"] or epoch_done}
-        # the known case (module doc): the epoch's last index is handed out and its chunk not closed yet (its
-        # iterator was not asked for more), which the state counts as closed
-        context["epoch_end_open"] = k == 0 and s.batch is not None and _needs_draw(s) and s.chunk == s.num_batches
         return state, resumed
     return checkpoint
 
@@ -320,18 +311,12 @@ def _an_epoch_then_two_passes(make):
     return [[list(iter(sampler)) for _ in range(2)] for sampler in (straight, resumed)]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="GRPOPromptSampler: after exactly len() indices from one iterator, a new "
-                          "iterator yields an empty pass (__iter__, replayloader/prompts/torch.py:117, "
-                          "starts the next epoch only when self.batch is None, but the chunk whose last "
-                          "index was handed out is kept until its iterator is asked for more), while a "
-                          "sampler loaded from the state_dict taken then (which counts that chunk as "
-                          "done, torch.py:223) starts the next epoch at once")
-def test_a_new_iterator_after_an_epochs_last_index_gives_an_empty_pass_unless_resumed():
+def test_a_new_iterator_after_an_epochs_last_index_starts_the_next_epoch():
+    """After exactly len() indices from one iterator (not run on to its StopIteration), a new iterator starts
+    the next epoch, as a sampler resumed from the state taken then does (it yielded an empty pass before)."""
     straight, resumed = _an_epoch_then_two_passes(
         lambda: GRPOPromptSampler(PromptSampler(4, 2, group_size=2, seed=0), num_generations=2, max_lag=None))
-    assert [len(p) for p in straight] == [0, 8]  # uninterrupted: an empty pass, then the next epoch
-    assert [len(p) for p in resumed] == [8, 8]
+    assert [len(p) for p in straight] == [8, 8]
     assert resumed == straight
 
 
@@ -472,17 +457,10 @@ def test_verl_prompt_sampler_resumes_exactly(cfg, ops_cut, other, via):
                  verl_context, checkpoint, comparable=lambda x: x if exact["yes"] else _without_lag(x))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="VerlPromptSampler: after exactly len() indices from one iterator, a new "
-                          "iterator yields an empty pass (__iter__, replayloader/prompts/verl.py:134, "
-                          "starts the next epoch only when self.batch is None), while a sampler loaded "
-                          "from the state_dict taken then (which counts the batch whose last index was "
-                          "handed out as done, verl.py:225) starts the next epoch at once")
-def test_verl_new_iterator_after_an_epochs_last_index_gives_an_empty_pass_unless_resumed():
+def test_verl_new_iterator_after_an_epochs_last_index_starts_the_next_epoch():
     straight, resumed = _an_epoch_then_two_passes(
         lambda: VerlPromptSampler(range(4), {"train_batch_size": 2, "sampler": {"max_lag": UNBOUNDED}}))
-    assert [len(p) for p in straight] == [0, 4]
-    assert [len(p) for p in resumed] == [4, 4]
+    assert [len(p) for p in straight] == [4, 4]
     assert resumed == straight
 
 
