@@ -84,7 +84,8 @@ class MixtureBatchSampler(RecordedBatchSampler[MixtureBatch]):
         if batch % self.world_size:
             raise ValueError(f"batch_size (the global batch) is {batch}, which is not divisible by the world size "
                              f"{self.world_size}; each rank takes batch_size / world_size examples a step")
-        self._position = 0  # batches yielded in the current pass
+        self._position = 0  # batches yielded in the current pass (it stays at len() once the pass is drawn)
+        self._epoch = 0  # the loop's epoch, as set_epoch gave it: tells a resume inside an epoch from one after it
 
     def __len__(self) -> int:
         return self.num_batches
@@ -97,11 +98,17 @@ class MixtureBatchSampler(RecordedBatchSampler[MixtureBatch]):
             whole = self._hand_out(self._next_drawn(self.mixture.next_batch))
             self._position += 1
             yield whole.share(self.rank, self.world_size).indices.tolist()
-        self._position = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """What frameworks call at each epoch start: nothing to do (the stream follows from the sampler's own
-        generator, not from epoch numbers)."""
+        """What frameworks call at each epoch start. The stream follows from the sampler's own generator, not
+        from epoch numbers, with one exception: after `load_state_dict`, the batches drawn before the checkpoint
+        and not received are yielded first when the loop resumes the checkpoint's epoch, and dropped when it
+        starts another one (the loop had ended that epoch early, so its next iterator drops them too)."""
+        epoch = checks.integer("epoch", epoch, 0)
+        if epoch != self._epoch and self._waiting:
+            self._position += len(self._waiting)  # they were drawn in this pass: the pass goes on after them
+            self._load_pending(())
+        self._epoch = epoch
 
     def _info(self, whole: MixtureBatch) -> MixtureBatch:
         """This rank's slice of the global batch (`MixtureBatch.share`): what `next_batch_info` returns."""
@@ -146,6 +153,7 @@ class MixtureBatchSampler(RecordedBatchSampler[MixtureBatch]):
         resumes on any world size) and the position in the pass."""
         pending = self._pending()
         return {"mixture": self.mixture.state_dict(), "position": self._position - len(self._handed_out),
+                "epoch": self._epoch,
                 "pending": [{"indices": b.indices.copy(), "sources": b.sources.copy(), "mixture": b.mixture.copy(),
                              "step": b.step} for b in pending]}
 
@@ -167,6 +175,7 @@ class MixtureBatchSampler(RecordedBatchSampler[MixtureBatch]):
             mixture_used = array(batch, "mixture", at, (m.num_sources,), "f", np.float64)
             batches.append(MixtureBatch(indices, sources, mixture_used, integer(batch, "step", at, 0)))
         position = integer(state, "position", where, 0, self.num_batches - len(batches))
+        epoch = integer(state, "epoch", where, 0) if "epoch" in state else 0  # states before 1.1 lack it
         mixture = field(state, "mixture", where)
         if self.world is None:
             m.load_state_dict(mixture)
@@ -175,7 +184,7 @@ class MixtureBatchSampler(RecordedBatchSampler[MixtureBatch]):
             if len(set(self.world.all_gather_objects(state_digest(m.state_dict())))) > 1:
                 raise RuntimeError("the ranks loaded different mixture states; load the same state on every rank")
         self._load_pending(batches)
-        self._position = position
+        self._position, self._epoch = position, epoch
 
 
 def concat_sources(datasets: Sequence[Dataset], **options: Any) -> tuple[ConcatDataset, MixtureSampler]:

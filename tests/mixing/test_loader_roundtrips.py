@@ -13,25 +13,24 @@ Lightning's ``limit_train_batches`` does, ``set_epoch`` at each epoch start, a n
 middle of a pass; ``within="uniform"`` and ``"prioritized"``, rules FixedMixture, ODM, ODMExp3, ExcessLoss, ADO;
 ``num_batches`` set or not.
 
-Found here (each kept out of the property by an ``assume`` and pinned by a strict xfail):
+Found here, and fixed (each pinned by a test below):
 
 - a checkpoint taken while the DataLoader had drawn a pass to its end and the loop had not yet received its
   last batches (a real 2-worker DataLoader does so in the last ``num_workers × prefetch_factor`` batches of
-  every pass) cannot be loaded: its ``position`` is negative
-  (`test_a_checkpoint_after_the_pass_was_drawn_to_its_end_is_refused`);
+  every pass) could not be loaded: its ``position`` was negative
+  (`test_a_checkpoint_after_the_pass_was_drawn_to_its_end_loads_and_resumes`);
 - a checkpoint taken after the loop ended a pass early while the DataLoader still held batches it had drawn
-  ahead (an end-of-epoch checkpoint, as Lightning takes it) resumes with those batches, which the uninterrupted
-  run drops when its next iterator starts (`test_a_pass_ended_early_keeps_its_prefetched_batches_after_a_resume`).
+  ahead (an end-of-epoch checkpoint, as Lightning takes it) resumed with those batches, which the uninterrupted
+  run drops when its next iterator starts (`test_a_pass_ended_early_drops_its_prefetched_batches_after_a_resume`).
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import assume, event, given, settings, strategies as st
+from hypothesis import event, given, settings, strategies as st
 
 torch = pytest.importorskip("torch")
 
-from replayloader import InvalidState  # noqa: E402
 from replayloader.mixing import ADO, ODM, ExcessLoss, FixedMixture, MixtureSampler, ODMExp3  # noqa: E402
 from replayloader.torch import MixtureBatchSampler  # noqa: E402
 
@@ -173,34 +172,10 @@ MIXTURE_OPS = ["receive", "receive", "receive", "receive", "feedback_again", "fe
 
 
 def _resumed_mixture_loop(context):
-    """As `_resumed_loop`; a checkpoint taken after the loop ended a pass early while the DataLoader held batches
-    drawn ahead is the known case (module doc), kept out of the property."""
-    # the strict xfail below pins it: after end_epoch_early the context's queue is emptied, so the batches
-    # still handed out are those drawn ahead by an iterator the loop let go (replayloader/torch/mixing.py:
-    # set_epoch is a no-op and load_state_dict queues them to be yielded first)
-    assume(context["in_epoch"] or not context["dropped_ahead"])
-    # pinned by test_a_checkpoint_after_the_pass_was_drawn_to_its_end_is_refused (strict xfail): the DataLoader
-    # drew the pass to its end (its iterator is exhausted) and the loop has not received its last batches
-    assume(not (context["exhausted"] and context["queue"]))
+    """As `_resumed_loop`, with a note of where the cut fell."""
     event(f"cut: pending {min(len(context['queue']), 2)}+, in epoch {context['in_epoch']}, "
           f"epoch {min(context['loop_epoch'], 1)}+, received {min(len(context['batches']), 3)}+")
     return _resumed_loop(context)
-
-
-def _new_loop(depth):
-    return {**_loop_context(depth), "dropped_ahead": False}
-
-
-def _track_drops(run):
-    """Records whether batches drawn ahead were dropped by the loop since the last epoch start (context only)."""
-    def wrapped(batches, op, context, i):
-        if op[0] == "end_epoch_early" and context["in_epoch"]:
-            context["dropped_ahead"] = bool(context["queue"])
-        out = run(batches, op, context, i)
-        if context["in_epoch"]:
-            context["dropped_ahead"] = False
-        return out
-    return wrapped
 
 
 @settings(SETTINGS, max_examples=_HUNT or 200)  # (ADO's fits make some examples slow: ~30 s in all)
@@ -209,16 +184,11 @@ def _track_drops(run):
 def test_mixture_batch_sampler_resumes_exactly(cfg, depth, ops_cut, other, via):
     ops, cut = ops_cut
     check_resume(lambda: make_mixture(cfg),
-                 _track_drops(lambda b, op, ctx, i: run_mixture_op(b, op, ctx, i, cfg["rule"])),
-                 ops, cut, other, via, lambda: _new_loop(depth), resumed=_resumed_mixture_loop)
+                 lambda b, op, ctx, i: run_mixture_op(b, op, ctx, i, cfg["rule"]),
+                 ops, cut, other, via, lambda: _loop_context(depth), resumed=_resumed_mixture_loop)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="MixtureBatchSampler: after a pass ended early, the batches the DataLoader had drawn "
-                          "ahead are dropped by the next iter() of the uninterrupted run but yielded first after a "
-                          "resume from a checkpoint taken then (replayloader/torch/mixing.py:102: set_epoch is a "
-                          "no-op, and load_state_dict, line 177, queues every pending batch to be yielded first)")
-def test_a_pass_ended_early_keeps_its_prefetched_batches_after_a_resume():
+def test_a_pass_ended_early_drops_its_prefetched_batches_after_a_resume():
     def make():
         return MixtureBatchSampler(MixtureSampler([3], batch_size=1, rule=FixedMixture([1.0]), seed=0))
 
@@ -234,15 +204,10 @@ def test_a_pass_ended_early_keeps_its_prefetched_batches_after_a_resume():
         batches.set_epoch(1)
         streams.append(list(iter(batches)))
     assert streams[0] == [[1]]
-    assert streams[1] == streams[0]  # resumed: [[2], [1]], the batch drawn ahead of the ended epoch comes back
+    assert streams[1] == streams[0]  # before the fix: [[2], [1]], the batch drawn ahead of the ended epoch came back
 
 
-@pytest.mark.xfail(strict=True, raises=InvalidState,
-                   reason="MixtureBatchSampler.__iter__ sets _position = 0 when the DataLoader has drawn the pass "
-                          "to its end (replayloader/torch/mixing.py:100), while its last batches are still handed "
-                          "out; state_dict then saves position = _position - len(_handed_out) < 0 (line 148), "
-                          "which load_state_dict refuses (line 169: InvalidState 'position must be in [0, ...]')")
-def test_a_checkpoint_after_the_pass_was_drawn_to_its_end_is_refused():
+def test_a_checkpoint_after_the_pass_was_drawn_to_its_end_loads_and_resumes():
     def make():
         return MixtureBatchSampler(MixtureSampler([2], batch_size=1, rule=FixedMixture([1.0]), seed=0))
 
@@ -252,6 +217,6 @@ def test_a_checkpoint_after_the_pass_was_drawn_to_its_end_is_refused():
     straight.next_batch_info()  # the loop received the first batch
     state = straight.state_dict()  # the second batch is pending
     resumed = make()
-    resumed.load_state_dict(state)  # InvalidState: position -1
+    resumed.load_state_dict(state)  # before the fix: InvalidState, position -1
     assert list(iter(resumed)) == [[1]]  # the pending batch ends the pass, as the straight loop receives it
     assert list(iter(resumed)) == list(iter(straight))  # then both draw the next pass
