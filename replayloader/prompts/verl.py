@@ -61,12 +61,20 @@ _PASSED = ("prior", "prior_strength", "prior_memory", "exploration", "retest_eve
            "retire_after", "solved_reward")
 
 
-def _get(config: Any, key: str, default: Any = None) -> Any:
-    """``config[key]`` for a dict or an omegaconf DictConfig, else ``default``."""
+_ABSENT = object()
+
+
+def _get(config: Any, key: str, default: Any = None, *, null: Any = _ABSENT) -> Any:
+    """``config[key]`` for a dict or an omegaconf DictConfig, else ``default``; a key set to null (None) gives
+    ``default`` too, unless ``null`` says what it means (``max_lag: null``: no bound, as ``max_lag=None``)."""
     if config is None:
         return default
-    value = config.get(key, default) if hasattr(config, "get") else getattr(config, key, default)
-    return default if value is None else value
+    value = config.get(key, _ABSENT) if hasattr(config, "get") else getattr(config, key, _ABSENT)
+    if value is _ABSENT:
+        return default
+    if value is None:
+        return default if null is _ABSENT else null
+    return value
 
 
 class VerlPromptSampler(_Base):
@@ -115,7 +123,7 @@ class VerlPromptSampler(_Base):
         self.index_key = str(_get(options, "index_key", "index"))
         self.reward_key = str(_get(options, "reward_key", "token_level_scores"))
         self.group_key = str(_get(options, "group_key", "uid"))
-        self.max_lag = checks.optional_integer("data.sampler.max_lag", _get(options, "max_lag", 1), 0)
+        self.max_lag = checks.optional_integer("data.sampler.max_lag", _get(options, "max_lag", 1, null=None), 0)
         self.num_batches = len(self.prompts)  # N // B: verl's loader drops an incomplete last batch
         self.batch: PromptBatch | None = None
         self.offset = 0  # indices of the current batch handed out

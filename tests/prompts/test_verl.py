@@ -142,6 +142,16 @@ def test_a_draw_with_updates_missing_is_refused():
         next(order)
 
 
+def test_max_lag_null_in_the_config_only_measures():
+    """``max_lag: null`` in verl's YAML means what ``max_lag=None`` means in Python (no bound), not the default."""
+    sampler = VerlPromptSampler(range(40), {"train_batch_size": 4, "sampler": {"max_lag": None}})
+    assert sampler.max_lag is None
+    order = iter(sampler)
+    for _ in range(20):  # five batches, no update
+        next(order)
+    assert sampler.stats()["max_lag_seen"] == 4
+
+
 def test_bad_updates_are_named_and_change_nothing():
     sampler = VerlPromptSampler(range(40), {"train_batch_size": 4})
     order = iter(sampler)
