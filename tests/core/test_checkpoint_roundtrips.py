@@ -70,21 +70,26 @@ def _scribble(node):
         node.fill_(3)
 
 
-def check_resume(make, run_op, ops, cut, other_ops, via, new_context, load=None, resumed=copy.deepcopy):
+def check_resume(make, run_op, ops, cut, other_ops, via, new_context, load=None, resumed=copy.deepcopy, *,
+                 checkpoint=None, comparable=lambda s: s, settle=lambda obj, context: None):
     """The property: ``ops[:cut]`` on one object, checkpoint, ``ops[cut:]`` on it, on a fresh one loaded from
     the checkpoint and on a used one loaded from it; every later output and the final state equal.
-    ``resumed(context)``: what a resumed run's caller knows at the cut (default: all the straight run knew)."""
+    ``resumed(context)``: what a resumed run's caller knows at the cut (default: all the straight run knew);
+    ``checkpoint(obj, context) -> (state, resumed context)`` replaces ``state_dict()`` and ``resumed`` where a
+    loader takes its own kind of state; ``comparable`` maps an output or a state to what must match;
+    ``settle(obj, context)`` ends each run (e.g. a loader's read-ahead) before its final state is taken."""
     load = load or (lambda obj, state: obj.load_state_dict(state))
+    checkpoint = checkpoint or (lambda obj, context: (obj.state_dict(), resumed(context)))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         straight, context = make(), new_context()
         for i, op in enumerate(ops[:cut]):
             run_op(straight, op, context, i)
-        state = straight.state_dict()
+        state, at_cut = checkpoint(straight, context)
         kept = copy.deepcopy(state)
         saved = _roundtrip(state, via)
-        at_cut = resumed(context)
         tail = [run_op(straight, op, context, i) for i, op in enumerate(ops[cut:], cut)]
+        settle(straight, context)
         final = straight.state_dict()
         assert_state_equal(kept, state, "state taken at the cut (changed by later calls)")
 
@@ -98,13 +103,19 @@ def check_resume(make, run_op, ops, cut, other_ops, via, new_context, load=None,
             _scribble(given_state)
             ctx = copy.deepcopy(at_cut)
             again = [run_op(obj, op, ctx, i) for i, op in enumerate(ops[cut:], cut)]
-            assert_state_equal(tail, again, f"{name}: outputs after the load")
-            assert_state_equal(final, obj.state_dict(), f"{name}: final state")
+            settle(obj, ctx)
+            assert_state_equal(comparable(tail), comparable(again), f"{name}: outputs after the load")
+            assert_state_equal(comparable(final), comparable(obj.state_dict()), f"{name}: final state")
 
 
-def _ops(kinds, max_size=40):
+def _ops(kinds, max_size=40, min_size=1):
     kind = st.sampled_from(kinds)
-    return st.lists(st.tuples(kind, st.integers(0, 2**31 - 1)), min_size=1, max_size=max_size)
+    return st.lists(st.tuples(kind, st.integers(0, 2**31 - 1)), min_size=min_size, max_size=max_size)
+
+
+def _long_ops(kinds, max_size=40):
+    """`_ops` of at least 8 calls, so most cuts fall after some use."""
+    return _ops(kinds, max_size, min_size=8)
 
 
 def _cut(ops_strategy):

@@ -34,13 +34,8 @@ torch = pytest.importorskip("torch")
 from replayloader.mixing import ADO, ODM, ExcessLoss, FixedMixture, MixtureSampler, ODMExp3  # noqa: E402
 from replayloader.torch import MixtureBatchSampler  # noqa: E402
 
-from ..core.test_checkpoint_roundtrips import (_HUNT, SETTINGS, _cut, _fill, _loop_context, _ops,  # noqa: E402
-                                               _resumed_loop, _start_epoch, check_resume)
-
-
-def _long_ops(kinds, max_size=40):
-    """`_ops` of at least 8 calls, so most cuts fall after some use."""
-    return st.lists(st.tuples(st.sampled_from(kinds), st.integers(0, 2**31 - 1)), min_size=8, max_size=max_size)
+from ..core.test_checkpoint_roundtrips import (_HUNT, SETTINGS, _cut, _fill, _long_ops, _loop_context,  # noqa: E402
+                                               _ops, _resumed_loop, _start_epoch, check_resume)
 
 
 RULES = ["fixed", "stratified", "natural", "odm", "odm_exp3", "excess", "ado"]

@@ -28,13 +28,13 @@ Legitimate use, as the docstrings, docs/prompts.md and tests/prompts/{scenario,t
 Found here, and fixed: after exactly ``len()`` indices from one iterator that was not run on to its
 StopIteration, a new iterator of `GRPOPromptSampler` (or `VerlPromptSampler`) yielded an empty pass, while one
 loaded from the state_dict taken then started the next epoch at once; both now start the next epoch
-(`test_a_new_iterator_after_an_epochs_last_index_starts_the_next_epoch`, `test_verl_new_iterator_after_an_epochs_last_index_starts_the_next_epoch`).
+(`test_a_new_iterator_after_an_epochs_last_index_starts_the_next_epoch`,
+`test_verl_new_iterator_after_an_epochs_last_index_starts_the_next_epoch`).
 """
 from __future__ import annotations
 
 import copy
 import math
-import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -46,48 +46,7 @@ torch = pytest.importorskip("torch")
 from replayloader.prompts import (DynamicSampling, GRPOPromptSampler, Learnability, PromptSampler,  # noqa: E402
                                   RewardSpread, Uniform, VerlPromptSampler)
 
-from ..core.helpers import assert_state_equal  # noqa: E402
-from ..core.test_checkpoint_roundtrips import _HUNT, SETTINGS, _cut, _ops, _roundtrip, _scribble  # noqa: E402
-
-
-# ------------------------------------------------------------------------------------------------ the harness
-def check_resume(make, run_op, ops, cut, other_ops, via, new_context, checkpoint, comparable=lambda s: s,
-                 settle=lambda obj, context: None):
-    """``ops[:cut]`` on one object, ``checkpoint(obj, context) -> (state, resumed_context)``, ``ops[cut:]`` on it,
-    on a fresh one loaded from the state and on a used one loaded from it; every later output and the final state
-    equal (``comparable`` maps an output or state to what must match; ``settle`` ends each run, e.g. a loader's
-    read-ahead, before its final state is taken)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        straight, context = make(), new_context()
-        for i, op in enumerate(ops[:cut]):
-            run_op(straight, op, context, i)
-        state, at_cut = checkpoint(straight, context)
-        kept = copy.deepcopy(state)
-        saved = _roundtrip(state, via)
-        tail = [run_op(straight, op, context, i) for i, op in enumerate(ops[cut:], cut)]
-        settle(straight, context)
-        final = straight.state_dict()
-        assert_state_equal(kept, state, "state taken at the cut (changed by later calls)")
-
-        used, used_context = make(), new_context()
-        for i, op in enumerate(other_ops):
-            run_op(used, op, used_context, 10_000 + i)
-        for name, obj in (("fresh", make()), ("used", used)):
-            given_state = copy.deepcopy(saved)
-            obj.load_state_dict(given_state)
-            assert_state_equal(kept, obj.state_dict(), f"{name}: state right after the load")
-            _scribble(given_state)
-            ctx = copy.deepcopy(at_cut)
-            again = [run_op(obj, op, ctx, i) for i, op in enumerate(ops[cut:], cut)]
-            settle(obj, ctx)
-            assert_state_equal(comparable(tail), comparable(again), f"{name}: outputs after the load")
-            assert_state_equal(comparable(final), comparable(obj.state_dict()), f"{name}: final state")
-
-
-def _long_ops(kinds, max_size=40):
-    """`_ops` of at least 8 calls, so most cuts fall after some use."""
-    return st.lists(st.tuples(st.sampled_from(kinds), st.integers(0, 2**31 - 1)), min_size=8, max_size=max_size)
+from ..core.test_checkpoint_roundtrips import _HUNT, SETTINGS, _cut, _long_ops, _ops, check_resume  # noqa: E402
 
 
 PASS_RATE = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
@@ -295,7 +254,7 @@ def make_grpo(cfg):
 def test_grpo_prompt_sampler_resumes_exactly(cfg, depth, ops_cut, other, pick, via):
     ops, cut = ops_cut
     check_resume(lambda: make_grpo(cfg), lambda s, op, ctx, i: run_grpo_op(s, op, ctx, i, cfg["prompts"]["rule"]),
-                 ops, cut, other, via, lambda: grpo_context(depth), grpo_checkpoint(pick), settle=_fill)
+                 ops, cut, other, via, lambda: grpo_context(depth), checkpoint=grpo_checkpoint(pick), settle=_fill)
 
 
 def _an_epoch_then_two_passes(make):
@@ -454,7 +413,7 @@ def test_verl_prompt_sampler_resumes_exactly(cfg, ops_cut, other, via):
 
     check_resume(lambda: VerlPromptSampler(range(cfg["n"]), copy.deepcopy(cfg["data"])),
                  lambda s, op, ctx, i: run_verl_op(s, op, ctx, i, rule, cfg["g"]), ops, cut, other, via,
-                 verl_context, checkpoint, comparable=lambda x: x if exact["yes"] else _without_lag(x))
+                 verl_context, checkpoint=checkpoint, comparable=lambda x: x if exact["yes"] else _without_lag(x))
 
 
 def test_verl_new_iterator_after_an_epochs_last_index_starts_the_next_epoch():
@@ -503,5 +462,6 @@ def test_dynamic_sampling_resumes_exactly(n, b, oversample, max_rounds, g, seed,
         return DynamicSampling(n, b, oversample=oversample, max_rounds=max_rounds, group_size=g, seed=seed)
 
     check_resume(make, lambda d, op, ctx, i: run_dynamic_op(d, op, ctx, i, g), ops, cut, other, via, dict,
-                 lambda d, ctx: (event(f"cut: awaiting feedback {d.pending is not None}, batches {min(d.step, 3)}+")
+                 checkpoint=lambda d, ctx: (event(f"cut: awaiting feedback {d.pending is not None}, "
+                                                  f"batches {min(d.step, 3)}+")
                                  or d.state_dict(), copy.deepcopy(ctx)))
