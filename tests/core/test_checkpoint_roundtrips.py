@@ -480,6 +480,24 @@ def _fill(context):
             context["exhausted"] = True
 
 
+def _receive(batches, context):
+    """The loop receives the DataLoader's next batch: (its indices, the record `next_batch_info` gives, checked
+    against them), or None when the new iterator's pass is empty (the iterator before it ended that pass)."""
+    if context["it"] is None:
+        _start_epoch(batches, context)
+    if not context["queue"]:
+        context.update(loop_epoch=context["loop_epoch"] + 1, in_epoch=False, it=None)
+        return None
+    received = context["queue"].pop(0)
+    _fill(context)
+    info = batches.next_batch_info()
+    assert info.indices.tolist() == received
+    context["batches"].append(info)
+    if context["exhausted"] and not context["queue"]:  # the DataLoader's epoch ended
+        context.update(loop_epoch=context["loop_epoch"] + 1, in_epoch=False, it=None)
+    return received, info
+
+
 def run_batch_sampler_op(batches, op, context, i, update_kind):
     import torch
 
@@ -488,13 +506,10 @@ def run_batch_sampler_op(batches, op, context, i, update_kind):
     if context["in_epoch"] and context["it"] is None:  # resumed mid-epoch: the epoch's iterator starts first
         _start_epoch(batches, context)
     if kind == "receive":
-        if context["it"] is None:
-            _start_epoch(batches, context)
-        received = context["queue"].pop(0)
-        _fill(context)
-        info = batches.next_batch_info()
-        assert info.indices.tolist() == received
-        context["batches"].append(info)
+        got = _receive(batches, context)
+        if got is None:
+            return "empty pass"
+        received, info = got
         out = [received, info.weights, info.epoch, info.step]
         if hasattr(batches, "choose"):  # a CandidateBatchSampler: the candidates scored, rows chosen
             out.append(_selection(batches.choose(info, torch.as_tensor(r.random(len(info)) * 2.0))))
@@ -503,8 +518,6 @@ def run_batch_sampler_op(batches, op, context, i, update_kind):
             if r.random() < 0.5:
                 values = {key: torch.as_tensor(v) for key, v in values.items()}
             out.append(batches.feedback(info, **values))
-        if context["exhausted"] and not context["queue"]:  # the DataLoader's epoch ended
-            context.update(loop_epoch=context["loop_epoch"] + 1, in_epoch=False, it=None)
         return out
     if kind == "end_epoch_early":  # e.g. Lightning's limit_train_batches: the loop drops the iterator
         if context["in_epoch"]:

@@ -35,7 +35,7 @@ from replayloader.mixing import ADO, ODM, ExcessLoss, FixedMixture, MixtureSampl
 from replayloader.torch import MixtureBatchSampler  # noqa: E402
 
 from ..core.test_checkpoint_roundtrips import (_HUNT, SETTINGS, _cut, _fill, _long_ops, _loop_context,  # noqa: E402
-                                               _ops, _resumed_loop, _start_epoch, check_resume)
+                                               _ops, _receive, _resumed_loop, _start_epoch, check_resume)
 
 
 RULES = ["fixed", "stratified", "natural", "odm", "odm_exp3", "excess", "ado"]
@@ -123,21 +123,13 @@ def run_mixture_op(batches, op, context, i, rule):
     if context["in_epoch"] and context["it"] is None:  # resumed mid-epoch: the epoch's iterator starts first
         _start_epoch(batches, context)
     if kind == "receive":
-        if context["it"] is None:
-            _start_epoch(batches, context)
-        if not context["queue"]:  # a pass can be empty for a new iterator (ended by the one before it)
-            context.update(loop_epoch=context["loop_epoch"] + 1, in_epoch=False, it=None)
+        got = _receive(batches, context)
+        if got is None:
             return "empty pass"
-        received = context["queue"].pop(0)
-        _fill(context)
-        info = batches.next_batch_info()
-        assert info.indices.tolist() == received
-        context["batches"].append(info)
+        received, info = got
         out = [received, info.sources, info.mixture, info.step]
         if r.random() < 0.7:
             out.append(mixture_feedback(batches, info, r, rule))
-        if context["exhausted"] and not context["queue"]:  # the DataLoader's epoch ended
-            context.update(loop_epoch=context["loop_epoch"] + 1, in_epoch=False, it=None)
         return out
     if kind == "feedback_again":  # the last batch received, fed back a second time
         if not context["batches"]:
