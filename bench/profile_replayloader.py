@@ -197,7 +197,8 @@ def step_floors(n, k):
             if with_data:
                 store.take(sl, axis=0)
             state["epoch"] += 1
-            _, _, slots, values, *_ = K.resolve_ids(sampled_ids, pr, buf.meta, state["serial"], state["epoch"], True)
+            _, _, slots, values, *_ = K.resolve_ids(sampled_ids, pr, buf.max_weight, buf.meta, state["serial"],
+                                                    state["epoch"], True)
             K.write_weights(tree.nodes, tree.layout, buf.weights, slots, values, 1.0)
 
         reps = 3000 if n * k < 10**8 else 300

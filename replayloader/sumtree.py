@@ -92,6 +92,14 @@ class SumTree:
         """Sum of the raw weights (the ``raw`` argument of `set`)."""
         return float(self._need(self.raw, "raw_sum")[1])
 
+    def max_weight(self, alpha: float) -> float:
+        """The largest weight w that may be written with exponent ``alpha``: with every leaf at w, its priority
+        w^alpha and w itself (the raw sum) summed over all leaves stay finite in this tree's dtype, with a
+        factor 2 to spare for rounding. A larger weight is refused where it enters (feedback, an initializer's
+        answer): an inf total would turn every probability into NaN."""
+        top = float(np.finfo(self.dtype).max) / (2.0 * self.n_leaves)
+        return top if alpha <= 1.0 else top ** (1.0 / alpha)
+
     def min_priority(self) -> float:
         """Smallest positive priority (inf when no leaf is positive)."""
         return float(self._need(self.minp, "min_priority")[1])

@@ -92,7 +92,6 @@ class BufferReadView:
 
 _EMPTY_F64 = np.empty(0, np.float64)
 _EMPTY_I64 = np.empty(0, np.int64)
-_INF = float("inf")
 
 
 NO_WEIGHTS = -1.0  # the sampling kernel's beta for "no importance weights"
@@ -113,7 +112,8 @@ class ReplayBuffer:
         tree_dtype: float64 (default) or float32 for the sum tree.
 
     A weight of 0 means "never sampled"; if every weight is 0, sampling falls back to uniform over the stored
-    examples.
+    examples. Feedback and initial weights above ``max_weight`` (`SumTree.max_weight`: about 8.6e301 ** (1 /
+    max(alpha, 1)) for a float64 tree of a million slots) are refused, as their priorities would overflow.
     """
 
     def __init__(self, capacity: int, *, alpha: float = 1.0, beta: float | Schedule | None = None,
@@ -135,6 +135,7 @@ class ReplayBuffer:
         # evict-lowest, the raw-weight sum when priorities are not the weights themselves (alpha != 1).
         self.tree = SumTree(self.capacity, tree_dtype, min_priority=self.beta is not None,
                             min_key=strategy.evict.uses_min_key, raw_sum=self.alpha != 1.0)
+        self.max_weight = self.tree.max_weight(self.alpha)  # the largest weight feedback may set
         self.storage = Storage(self.capacity) if storage is None else storage
         if self.storage.capacity != self.capacity:
             raise ValueError(f"storage capacity {self.storage.capacity} != buffer capacity {self.capacity}")
@@ -188,7 +189,7 @@ class ReplayBuffer:
         init, evict = self.strategy.init, self.strategy.evict
         features = self._new_features(batch, n) if init.feature_based else None
         weight = init.constant_weight(self.view) if init.constant else None  # what the base initial_weights asks
-        if type(weight) is float and 0.0 <= weight < _INF:  # the usual answer: one valid weight for all
+        if type(weight) is float and 0.0 <= weight <= self.max_weight:  # the usual answer: one weight for all
             weights = _EMPTY_F64
         else:
             weight, weights = self._initial_weights(n, features, weight)
@@ -251,11 +252,11 @@ class ReplayBuffer:
             given = init.initial_weights(self.view, n, features)
         if type(given) is float or np.ndim(given) == 0:
             weight = float(given)
-            if not 0.0 <= weight < np.inf:
+            if not 0.0 <= weight <= self.max_weight:
                 raise ValueError(f"initializer {init.name!r} gave an invalid initial weight {given!r}")
             return weight, _EMPTY_F64
         weights = np.ascontiguousarray(given, np.float64)
-        if weights.shape != (n,) or first_invalid(weights) >= 0:
+        if weights.shape != (n,) or first_invalid(weights, self.max_weight) >= 0:
             raise ValueError(f"initializer {init.name!r} gave invalid initial weights {weights!r}")
         return 0.0, weights
 
@@ -319,16 +320,16 @@ class ReplayBuffer:
             step, args = fused
             tree = self.tree
             status, bad, target, new_weights, stale, first = step(
-                tree.nodes, tree.layout, self.meta, self.weights, self.alpha, ids, values, self.next_serial,
-                self._epoch, *args)
+                tree.nodes, tree.layout, self.meta, self.weights, self.alpha, ids, values, self.max_weight,
+                self.next_serial, self._epoch, *args)
             if status:
-                self._refuse(status, bad, ids, source, values)
+                self._refuse(status, bad, ids, source, values, self.max_weight)
         else:
             status, bad, slots, slot_values, stale, first = resolve_ids(
-                ids, _EMPTY_F64 if values is None else values, self.meta, self.next_serial, self._epoch,
-                values is not None)
+                ids, _EMPTY_F64 if values is None else values, self.max_weight, self.meta, self.next_serial,
+                self._epoch, values is not None)
             if status:
-                self._refuse(status, bad, ids, source, values)
+                self._refuse(status, bad, ids, source, values, self.max_weight)
             target, new_weights = _EMPTY_I64, _EMPTY_F64
             if values is not None and len(slots):
                 changed, new_weights = update.compute(slots, slot_values)
@@ -350,10 +351,11 @@ class ReplayBuffer:
         return len(target)
 
     @staticmethod
-    def _refuse(status: int, bad: int, ids: np.ndarray, source: str, values: np.ndarray | None) -> None:
+    def _refuse(status: int, bad: int, ids: np.ndarray, source: str, values: np.ndarray | None,
+                limit: float) -> None:
         """Raise the error for a failed `resolve_ids` status (nothing was written)."""
         if status == BAD_VALUE:
-            raise invalid_value(source, values, bad)
+            raise invalid_value(source, values, bad, limit)
         raise ValueError(f"ids[{bad}] = {ids[bad]} was never issued by this buffer")
 
     # ------------------------------------------------------------------ introspection

@@ -279,7 +279,7 @@ class DistributedPrioritizedSampler:
         for name, value in feedback.items():
             if name in value_keywords:
                 checked[name] = as_feedback_array(name, value, k, "indices")
-                check_values(name, checked[name])
+                check_values(name, checked[name], self.sampler.max_weight)
             elif name in array_keywords:
                 checked[name] = to_numpy(value, name)
             else:
@@ -291,7 +291,7 @@ class DistributedPrioritizedSampler:
                 raise TypeError(f"{type(rule).__name__} reads {sorted(checked)}, which a distributed sampler "
                                 f"cannot gather; pass per-example values ({', '.join(value_keywords)})")
             reduced = as_feedback_array(key, rule.values(checked), k, "indices")
-            check_values(key, reduced)
+            check_values(key, reduced, self.sampler.max_weight)
             return {key: reduced}
         return checked
 

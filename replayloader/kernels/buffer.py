@@ -24,11 +24,12 @@ OK, BAD_VALUE, BAD_ID = 0, 1, 2  # statuses of `resolve_ids`
 
 
 @njit(cache=True, nogil=True)
-def first_invalid(values):
-    """Index of the first NaN, inf or negative value, or -1."""
+def first_invalid(values, limit):
+    """Index of the first value that is NaN, negative or above ``limit`` (a finite bound, so inf fails too), or -1.
+    The bound is the tree's `SumTree.max_weight` where the values become weights, else the largest float64."""
     for j in range(values.shape[0]):
         v = values[j]
-        if not (v >= 0.0 and v < np.inf):
+        if not (v >= 0.0 and v <= limit):
             return j
     return -1
 
@@ -178,30 +179,30 @@ def draw_sample(nodes, layout, meta, rng_state, k, stratified, size, beta, last_
 
 
 @njit(cache=True, nogil=True)
-def resolve_ids(ids, values, meta, next_serial, epoch, count_visits):
-    """Check the values, decode ids to slots, drop stale ones, keep the last occurrence of duplicates, count
-    visits, and pick each kept id's value.
+def resolve_ids(ids, values, limit, meta, next_serial, epoch, count_visits):
+    """Check the values (`first_invalid` against ``limit``), decode ids to slots, drop stale ones, keep the last
+    occurrence of duplicates, count visits, and pick each kept id's value.
 
     Returns (status, index of the bad entry or -1, slots, their values, stale count, first visits). Status is
-    OK, BAD_VALUE (NaN, inf or negative) or BAD_ID (never issued: its serial is not yet given out, or its slot
-    holds an older example than that serial, as a slot's serial only grows). Nothing is written unless every
+    OK, BAD_VALUE (NaN, negative or above ``limit``) or BAD_ID (never issued: its serial is not yet given out, or
+    its slot holds an older example than that serial, as a slot's serial only grows). Nothing is written unless every
     value and id passes. `values` may be empty (feedback that carries no value); the returned values are then
     empty too.
     """
     capacity = meta.shape[0]
     k = ids.shape[0]
     empty_i, empty_f = np.empty(0, np.int64), np.empty(0, np.float64)
-    bad = first_invalid(values)
+    bad = first_invalid(values, limit)
     if bad >= 0:
         return BAD_VALUE, bad, empty_i, empty_f, 0, 0
     serials = np.empty(k, np.int64)
     slots = np.empty(k, np.int64)
     # Integer division costs tens of cycles; a float reciprocal gives the quotient to within one, then fix it.
-    limit = next_serial * capacity  # every issued id lies below this
+    issued = next_serial * capacity  # every issued id lies below this
     inverse = 1.0 / capacity
     for j in range(k):
         i = ids[j]
-        if i < 0 or i >= limit:
+        if i < 0 or i >= issued:
             return BAD_ID, j, empty_i, empty_f, 0, 0
         serial = np.int64(np.float64(i) * inverse)
         rest = i - serial * capacity

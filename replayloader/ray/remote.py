@@ -76,6 +76,7 @@ class RemoteBuffer:
             ray.kill(actor)
             raise
         self.capacity, self.alpha, self.beta = config["capacity"], config["alpha"], config["beta"]
+        self.max_weight = config["max_weight"]  # the largest weight its feedback may set
         self.value_keywords, self.array_keywords = config["value_keywords"], config["array_keywords"]  # feedback
         return actor
 

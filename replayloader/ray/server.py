@@ -54,6 +54,7 @@ class BufferServer:
         buffer = self.buffer
         update = buffer.strategy.update
         return {"capacity": buffer.capacity, "alpha": buffer.alpha, "beta": buffer.beta,
+                "max_weight": buffer.max_weight,
                 "value_keywords": tuple(update.value_keywords), "array_keywords": tuple(update.array_keywords)}
 
     # ------------------------------------------------------------------ inserts
@@ -96,7 +97,7 @@ class BufferServer:
                              f"by_name('per')); this buffer's update {update.name!r} reads "
                              f"{update.feedback_key!r}")
         weight = as_feedback_array("weight", weight, n, against="the batch")
-        check_values("weight", weight)
+        check_values("weight", weight, self.buffer.max_weight)
         return batch, weight, n
 
     def _add(self, batch: Mapping[str, Any], weights: np.ndarray | None) -> np.ndarray:

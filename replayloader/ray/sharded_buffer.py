@@ -57,6 +57,7 @@ class ShardedBuffer:
             raise ValueError(f"the shards' beta is a schedule ({self.beta!r}); a ShardedBuffer weighs the union with "
                              "one fixed beta: give every shard a number")
         self.capacity = sum(s.capacity for s in shards)
+        self.max_weight = min(s.max_weight for s in shards)  # checked here, so that no shard refuses its part
         self.sampling = sampling
         self.rng = np.random.default_rng(seed)
         self.next_shard = 0  # where the next add goes
@@ -162,7 +163,7 @@ class ShardedBuffer:
                     raise ValueError(f"{name} must have {k} rows to match ids, got shape {checked[name].shape}")
             else:
                 checked[name] = as_feedback_array(name, value, k)
-                check_values(name, checked[name])
+                check_values(name, checked[name], self.max_weight)
         shard, local = ids % n, ids // n
         self._check_issued(ids, shard, local)
         chosen = [s for s in range(n) if (shard == s).any()]

@@ -101,6 +101,9 @@ class PrioritizedSampler:
         warmup_epochs: shuffled passes over all indices before prioritization (0: prioritize from the start).
         features: (N, d) rows for feature-based initializers (`LinUCB`, `LeastSquares`).
         seed: seed of the sampler's generator (its state is checkpointed).
+
+    Feedback above ``max_weight`` (`SumTree.max_weight`: about 8.6e301 ** (1 / max(alpha, 1)) for a million
+    examples) is refused, as its priority would overflow the tree.
     """
 
     def __init__(self, num_examples: int, batch_size: int, *, alpha: float = 1.0,
@@ -128,6 +131,8 @@ class PrioritizedSampler:
                              f"({self.num_examples}, d)")
         self.seed = seed
         self.tree = SumTree(self.num_examples, min_priority=True, min_key=False, raw_sum=False)
+        self.max_weight = self.tree.max_weight(self.alpha)  # the largest weight feedback may set
+        checks.number("floor", self.floor, 0.0, self.max_weight)
         self._view = _View(self)
         self.update_rule.bind(self.num_examples)
         self._seen = np.zeros(self.num_examples, np.bool_)  # scratch of `resolve_feedback`
@@ -297,7 +302,7 @@ class PrioritizedSampler:
         indices = self._check_indices(batch.indices if isinstance(batch, SampledBatch) else batch)
         values, source = read_feedback(self.update_rule, feedback, len(indices), "indices")
         if values is not None:
-            check_values(source, values)
+            check_values(source, values, self.max_weight)
         positions = np.empty(len(indices), np.int64)
         bad, why, kept, stale = resolve_feedback(indices, self.last_drawn_epoch, epoch, self._seen, positions)
         if bad >= 0:

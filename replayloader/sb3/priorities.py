@@ -88,12 +88,12 @@ class PrioritizedMixin:
         # With seed=None the stream still follows numpy's global RNG, which SB3 seeds from `seed=` of the model.
         self._rng = np.random.default_rng(np.random.randint(2**31 - 1) if seed is None else int(seed))
         self._env_slots = np.arange(self.n_envs, dtype=np.int64)
-        self._tree = self._new_tree()
+        self._install_tree(self._new_tree())
         self._progress = 0.0
         self._reset_priorities()
         self._forget_cache()
 
-    _CACHES = ("_unwritten", "_unwritten_from", "_beta_at")  # derived state: never pickled
+    _CACHES = ("_unwritten", "_unwritten_from", "_beta_at", "_priority_limit")  # derived state: never pickled
 
     def _forget_cache(self) -> None:
         """No add waiting for its tree write, no beta evaluated yet."""
@@ -108,6 +108,12 @@ class PrioritizedMixin:
         first writes the leaves of transitions added since the last tree access)."""
         self._write_new_leaves()
         return self._tree
+
+    def _install_tree(self, tree: SumTree) -> None:
+        """Use ``tree``, and refuse from now on any priority + eps whose mass would overflow it
+        (`SumTree.max_weight`)."""
+        self._tree = tree
+        self._priority_limit = tree.max_weight(self.alpha)
 
     def _new_tree(self) -> SumTree:
         return SumTree(self.buffer_size * self.n_envs, np.float64, min_priority=True, min_key=False,
@@ -299,8 +305,12 @@ class PrioritizedMixin:
             raise ValueError(f"indices must lie in [0, {stored}) (the stored (position, env) slots), "
                              f"got indices[{j}] = {slots[j]}")
         top = float(np.maximum.reduce(values))
-        if not (np.minimum.reduce(values) >= 0 and math.isfinite(top)):  # NaN fails the first comparison
-            j = int(np.flatnonzero(~(np.isfinite(values) & (values >= 0)))[0])
+        limit = self._priority_limit - self.priority_eps
+        if not (np.minimum.reduce(values) >= 0 and top <= limit):  # NaN fails both comparisons
+            j = int(np.flatnonzero(~((values >= 0) & (values <= limit)))[0])
+            if 0 <= values[j] < math.inf:
+                raise ValueError(f"priority must be <= {limit:.6g}, so that (priority + priority_eps) ** alpha "
+                                 f"stays finite summed over the sum tree; got priority[{j}] = {float(values[j])}")
             raise ValueError(f"priority must be finite and >= 0, got priority[{j}] = {float(values[j])}")
         # adding eps is monotonic, so the largest priority + eps is the largest priority, + eps
         return slots, values + self.priority_eps, top + self.priority_eps
@@ -320,5 +330,5 @@ class PrioritizedMixin:
         leaves = state.pop("_leaves")
         self.__dict__.update(state)
         self._forget_cache()
-        self._tree = self._new_tree()
+        self._install_tree(self._new_tree())
         self._tree.set(np.arange(leaves.shape[0], dtype=np.int64), leaves)

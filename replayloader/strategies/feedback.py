@@ -82,13 +82,22 @@ def as_feedback_array(name: str, value: Any, k: int, against: str = "ids") -> np
     return arr
 
 
-def invalid_value(name: str, values: np.ndarray, bad: int) -> ValueError:
-    """The error for the first value that is NaN, infinite or negative."""
-    return ValueError(f"{name} must be finite and >= 0; {name}[{bad}] = {float(values[bad])}")
+#: The bound of values that are checked but do not become weights themselves: any finite float64.
+FINITE = float(np.finfo(np.float64).max)
 
 
-def check_values(name: str, values: np.ndarray) -> None:
-    """Every value finite and >= 0, otherwise a ValueError naming ``name`` and the first bad value."""
-    bad = first_invalid(values)
+def invalid_value(name: str, values: np.ndarray, bad: int, limit: float = FINITE) -> ValueError:
+    """The error for the first value that is NaN, infinite, negative or above ``limit`` (`first_invalid`)."""
+    value = float(values[bad])
+    if 0.0 <= value < np.inf:  # finite and >= 0, so above a weight bound
+        return ValueError(f"{name} must be <= {limit:.6g}, the largest weight whose priority w^alpha stays finite "
+                          f"in this sum tree (`max_weight`); {name}[{bad}] = {value}")
+    return ValueError(f"{name} must be finite and >= 0; {name}[{bad}] = {value}")
+
+
+def check_values(name: str, values: np.ndarray, limit: float = FINITE) -> None:
+    """Every value finite, >= 0 and at most ``limit`` (where the values become weights: the tree's
+    `SumTree.max_weight`), otherwise a ValueError naming ``name`` and the first bad value."""
+    bad = first_invalid(values, limit)
     if bad >= 0:
-        raise invalid_value(name, values, bad)
+        raise invalid_value(name, values, bad, limit)

@@ -76,10 +76,10 @@ class WeightUpdate:
         """Optional: ``(step, args)``, this part's `compute` as one compiled update step, or None (the buffer then
         calls `values` → `compute` between its own kernels, with the same result).
 
-        The buffer calls ``step(nodes, layout, meta, weights, alpha, ids, values, next_serial, epoch, *args)``,
-        which must return what `kernels.buffer.resolve_ids` returns, but with the slots and new weights of the
-        changed examples in place of the resolved slots and values, and must have written those weights
-        (`write_rule_result`).
+        The buffer calls ``step(nodes, layout, meta, weights, alpha, ids, values, limit, next_serial, epoch,
+        *args)``, which must return what `kernels.buffer.resolve_ids` returns (``limit`` is the buffer's
+        `max_weight`, passed on to it), but with the slots and new weights of the changed examples in place of the
+        resolved slots and values, and must have written those weights (`write_rule_result`).
         """
         return floored_step, (self.floor,)
 
@@ -226,19 +226,19 @@ def floored_values(values, floor):
 
 
 @njit(cache=True, nogil=True)
-def floored_step(nodes, layout, meta, weights, alpha, ids, values, next_serial, epoch, floor):
+def floored_step(nodes, layout, meta, weights, alpha, ids, values, limit, next_serial, epoch, floor):
     """`WeightUpdate.fused_step`: resolve the ids, apply `floored_values`, write the weights, in one call."""
-    status, bad, slots, slot_values, stale, first = resolve_ids(ids, values, meta, next_serial, epoch, True)
+    status, bad, slots, slot_values, stale, first = resolve_ids(ids, values, limit, meta, next_serial, epoch, True)
     changed, new_weights = floored_values(slot_values, floor)
     target = write_rule_result(nodes, layout, weights, alpha, slots, changed, new_weights)
     return status, bad, target, new_weights, stale, first
 
 
 @njit(cache=True, nogil=True)
-def loss_difference_step(nodes, layout, meta, weights, alpha, ids, values, next_serial, epoch, last_loss, floor,
-                         absolute):
+def loss_difference_step(nodes, layout, meta, weights, alpha, ids, values, limit, next_serial, epoch, last_loss,
+                         floor, absolute):
     """`LossDifference.fused_step`: resolve the ids, apply `loss_difference`, write the weights, in one call."""
-    status, bad, slots, slot_values, stale, first = resolve_ids(ids, values, meta, next_serial, epoch, True)
+    status, bad, slots, slot_values, stale, first = resolve_ids(ids, values, limit, meta, next_serial, epoch, True)
     changed, new_weights = loss_difference(last_loss, slots, slot_values, floor, absolute)
     target = write_rule_result(nodes, layout, weights, alpha, slots, changed, new_weights)
     return status, bad, target, new_weights, stale, first

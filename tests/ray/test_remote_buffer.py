@@ -58,6 +58,7 @@ def bad_calls(ids):
     return [
         ("nan feedback", lambda b: b.feedback(ids, loss=np.array([1.0, np.nan, 1.0]))),
         ("negative feedback", lambda b: b.feedback(ids, loss=np.array([1.0, -1.0, 1.0]))),
+        ("overflowing feedback", lambda b: b.feedback(ids, loss=np.array([1.0, 1e308, 1.0]))),
         ("unknown keyword", lambda b: b.feedback(ids, lose=np.ones(3))),
         ("never issued", lambda b: b.feedback(np.array([ids[0], 10 ** 6]), loss=np.ones(2))),
         ("wrong field", lambda b: b.add({"y": np.zeros((2, 3))})),
@@ -103,6 +104,8 @@ def test_initial_weights_from_the_actor_side(ray_cluster):
     before = remote.state_dict()
     with pytest.raises(ValueError, match=r"weight must be finite and >= 0; weight\[1\] = nan"):
         remote.add({"x": np.zeros((2, 1))}, weight=np.array([1.0, np.nan]))
+    with pytest.raises(ValueError, match=r"weight must be <= .*\(`max_weight`\); weight\[1\] = 1e\+308"):
+        remote.add({"x": np.zeros((2, 1))}, weight=np.array([1.0, 1e308]))
     with pytest.raises(ValueError, match=r"weight must have shape \(2,\) to match the batch"):
         remote.add({"x": np.zeros((2, 1))}, weight=np.ones(3))
     assert_state_equal(before, remote.state_dict())

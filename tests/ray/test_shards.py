@@ -62,7 +62,8 @@ def test_update_routes_to_shards_and_a_rejected_one_changes_nothing(filled):
     shards, _, weights = filled
     sample = shards.sample(16)
     before = shards.state_dict()
-    bad = [dict(weight=np.where(np.arange(16) == 5, np.nan, 1.0)), dict(weight=np.ones(15)), dict(wait=np.ones(16))]
+    bad = [dict(weight=np.where(np.arange(16) == 5, np.nan, 1.0)), dict(weight=np.ones(15)), dict(wait=np.ones(16)),
+           dict(weight=np.where(np.arange(16) == 5, shards.max_weight * 1.5, 1.0))]  # over every shard's bound
     for feedback in bad:
         with pytest.raises((ValueError, TypeError)):
             shards.feedback(sample.ids, **feedback)

@@ -106,6 +106,7 @@ BAD = [
     (np.array([0, 1]), np.array([1.0, np.nan]), r"priority must be finite and >= 0, got priority\[1\] = nan"),
     (np.array([0, 1]), np.array([np.inf, 1.0]), r"priority\[0\] = inf"),
     (np.array([0, 1]), np.array([1.0, -0.5]), r"priority\[1\] = -0.5"),
+    (np.array([0, 1]), np.array([1.0, 1e308]), r"priority must be <= .* got priority\[1\] = 1e\+308"),
     (np.array([0, 99]), np.array([1.0, 1.0]), r"indices must lie in \[0, 12\).*got indices\[1\] = 99"),
     (np.array([-1]), np.array([1.0]), r"indices\[0\] = -1"),
     (np.array([0, 1]), np.array([1.0]), r"priority must have the shape of indices \(2,\), got shape \(1,\)"),
