@@ -92,6 +92,17 @@ class DeferredFeedback:
             staged[name] = value
         self._pending.append((ids, staged, event, pinned))
 
+    def discard(self) -> int:
+        """Drop every queued call without applying it (a loaded state replaces the buffer they were meant for);
+        returns how many were dropped."""
+        pending, self._pending = self._pending, []
+        for _, _, event, pinned in pending:
+            if event is not None:
+                event.synchronize()  # the copy into a pinned tensor must end before the pool hands it out again
+            for tensor in pinned:
+                self._pool.give(tensor)
+        return len(pending)
+
     def flush(self) -> int:
         """Wait for the copies and apply every queued call in order; returns how many weights changed.
 

@@ -162,14 +162,18 @@ class ReplayDataLoader:
 
     def __iter__(self) -> Iterator[ReplayBatch]:
         """One pass. Like a torch DataLoader, a new iter() starts a new pass, unless a state was just loaded."""
+        resumed = self._resuming
         self._start_pass()  # runs at the first next(), as before workers existed
-        yield from self._iter_background() if self.workers else self._iter_inline()
+        yield from self._iter_background() if self.workers else self._iter_inline(resumed)
 
-    def _iter_inline(self) -> Iterator[ReplayBatch]:
+    def _iter_inline(self, resumed: bool = False) -> Iterator[ReplayBatch]:
         meter, limiter = self._meter, self.rate_limiter
         if limiter is not None:
             limiter.reopen()
-        for item in self._items():
+        items = self._items()  # the pass's source iteration starts (a restored source resumes) with the pass
+        if resumed:  # batches the last produced batch bought but the saved loop had not taken yet come first,
+            yield from self._owed(np.empty(0, np.int64), None)  # as they would have (aux, fresh: not in a state)
+        for item in items:
             began = time.perf_counter()
             if self.source is not None:
                 self.consumed += 1
@@ -184,22 +188,27 @@ class ReplayDataLoader:
             self.step += 1
             meter["inserted"] += len(fresh_ids)
             meter["learner_wait"] += time.perf_counter() - began
-            if limiter is not None:  # as many batches as the limiter admits; it never has to wait here
+            if limiter is not None:
                 limiter.record_insert(len(fresh_ids))
-                while limiter.can_sample(self.batch_size):
-                    limiter.acquire_sample(self.batch_size)
-                    meter["sampled"] += self.batch_size
-                    yield self._sample(fresh_ids, aux, self.step)
+            elif size < self.min_size:
                 continue
-            if size < self.min_size:
-                continue
-            self._credit += self.replay_ratio
-            while self._credit >= 1.0 - 1e-12:
-                self._credit -= 1.0
-                meter["sampled"] += self.batch_size
-                yield self._sample(fresh_ids, aux, self.step)
+            else:
+                self._credit += self.replay_ratio
+            yield from self._owed(fresh_ids, aux)
         self.step = 0
         self.consumed = 0
+
+    def _owed(self, fresh_ids: np.ndarray, aux: Any) -> Iterator[ReplayBatch]:
+        """The batches bought so far and not yet yielded: as many as the limiter admits (it never has to wait
+        here), else one per whole unit of credit."""
+        limiter = self.rate_limiter
+        while limiter.can_sample(self.batch_size) if limiter is not None else self._credit >= 1.0 - 1e-12:
+            if limiter is not None:
+                limiter.acquire_sample(self.batch_size)
+            else:
+                self._credit -= 1.0
+            self._meter["sampled"] += self.batch_size
+            yield self._sample(fresh_ids, aux, self.step)
 
     def _sample(self, fresh_ids: np.ndarray, aux: Any, step: int) -> ReplayBatch:
         with self.lock:
@@ -299,7 +308,8 @@ class ReplayDataLoader:
 
         All or nothing: the loader's own values are checked first, and if the buffer refuses its state, a source
         and a stateful producer that were already restored get their previous states back. A stateful producer
-        needs its state in ``state`` and a plain one must find none there (it would be lost)."""
+        needs its state in ``state`` and a plain one must find none there (it would be lost). Feedback still
+        deferred is dropped: it was for the replaced buffer's examples."""
         if self._pace is not None:
             raise RuntimeError("load_state_dict while a background pass runs; finish or break out of it first")
         step, credit, limiter, buffer_state = checked_position(state, self.rate_limiter)
@@ -326,6 +336,8 @@ class ReplayDataLoader:
                 self.producer.load_loader_state_dict(previous_producer)
             raise
         self.step, self.consumed, self._credit = step, consumed, credit
+        if self._deferred is not None:  # feedback still queued was for the replaced buffer's examples
+            self._deferred.discard()
         if limiter is not None:
             self.rate_limiter.commit_state(limiter)
         if not restores_source:
