@@ -91,7 +91,7 @@ def sizes(dry_run: bool) -> dict:
             "max_lines": {"wiki": 18_500, "python-docs": 16_600}, "heldout_lines": 3_000, "heldout_examples": 512,
             "table_steps": 60, "table_warm": 10, "table_log_every": 10, "reference_steps": 60, "reference_warm": 10,
             "sync_warm": 10, "sync_steps": 20, "real_seconds": 120.0, "real_steps": (200, 20_000), "reference_run": 300,
-            "finetune": dict(max_train_examples=32_000, max_eval_examples=None, epochs=1, batch_size=32),
+            "finetune": dict(max_train_examples=8_000, max_eval_examples=None, epochs=1, batch_size=32),
             "logging_steps": (20, 20 + LOG_EVERY), "buffer_n": [1_000, 100_000, 1_000_000], "buffer_k": [128, 1024],
             "buffer_reps": 30, "nccl": (100_000, 128), "budget": 480, "finetune_reserve": 70,
             "minimum": {"any": 20, "logging": 40, "tests": 120},  # a part with less time left is skipped
@@ -279,6 +279,24 @@ TABLE_RUNS = (("electra", {}), ("tmr-loss_diff", {}), ("tmr-loss_diff", {"defer_
               ("tmr-grad_norm", {}), ("tmr-grad_bound", {}))
 
 
+def table_label(variant: str, extra: dict) -> str:
+    """A runtime-table row's name, as `--table` takes it (spaces as underscores there)."""
+    return variant + (" (deferred feedback)" if extra else "")
+
+
+def table_runs(chosen: str | None) -> list[tuple[str, dict]]:
+    """The rows of `TABLE_RUNS` that ``--table`` names (all when None); electra always, the ratios' base."""
+    if not chosen:
+        return list(TABLE_RUNS)
+    names = {name.strip().replace("_", " ") for name in chosen.split(",") if name.strip()}
+    known = {table_label(variant, extra) for variant, extra in TABLE_RUNS}
+    unknown = sorted(names - {label.replace("_", " ") for label in known})
+    if unknown:
+        raise ValueError(f"--table names unknown rows {unknown}; the rows are "
+                         f"{', '.join(sorted(label.replace(' ', '_') for label in known))}")
+    return [(v, e) for v, e in TABLE_RUNS if v == "electra" or table_label(v, e).replace("_", " ") in names]
+
+
 def part_speed(ctx: dict, results: Results) -> None:
     """(a) the runtime table, with the reference loop on the same batches right after the electra row (so that a
     part stopped at its limit keeps the comparison)."""
@@ -287,8 +305,8 @@ def part_speed(ctx: dict, results: Results) -> None:
     size, device = ctx["size"], ctx["device"]
     tokens = size["pretrain"]["batch_size"] * size["pretrain"]["max_len"]
     base = None
-    for variant, extra in TABLE_RUNS:
-        label = variant + (" (deferred feedback)" if extra else "")
+    for variant, extra in table_runs(ctx["table"]):
+        label = table_label(variant, extra)
         with row_errors(results, "table", label):
             marks: list[dict] = []
             peak_memory_start(device)
@@ -562,16 +580,18 @@ def part_finetune(ctx: dict, results: Results) -> None:
         raise RuntimeError("the real part left no discriminator to fine-tune")
     glue_dir = ctx["bundle"] / "data" / "glue"
     options = dict(ctx["size"]["finetune"])
+    train_examples, eval_examples = options.pop("max_train_examples"), options.pop("max_eval_examples")
     started = time.perf_counter()
-    rows = finetune_glue_task(checkpoints, "sst2", str(glue_dir), options.pop("max_train_examples"),
-                              options.pop("max_eval_examples"), [0], str(ctx["work"] / "finetune"),
-                              write_tables=False, amp=ctx["device"] == "cuda", device=ctx["device"], progress=False,
-                              **options)
-    results.data.update(rows=[{k: row.get(k) for k in ("checkpoint", "accuracy", "train_examples", "train_steps",
-                                                       "train_seconds", "eval_examples", "epochs", "batch_size",
-                                                       "learning_rate")} for row in rows],
-                        seconds=time.perf_counter() - started)
-    results.save()
+    for name, location in checkpoints.items():  # one at a time: a part stopped at its limit keeps the rows done
+        rows = finetune_glue_task({name: location}, "sst2", str(glue_dir), train_examples, eval_examples, [0],
+                                  str(ctx["work"] / "finetune"), write_tables=False, amp=ctx["device"] == "cuda",
+                                  device=ctx["device"], progress=False, **options)
+        for row in rows:
+            results.append("rows", {k: row.get(k) for k in ("checkpoint", "accuracy", "train_examples",
+                                                            "train_steps", "train_seconds", "eval_examples",
+                                                            "epochs", "batch_size", "learning_rate")})
+        results.data["seconds"] = time.perf_counter() - started
+        results.save()
 
 
 # ----------------------------------------------------------------------------------------------- (d), (b), tests
@@ -663,7 +683,8 @@ def run_part(name: str, args, started: float | None = None) -> int:
     if args.dry_run:
         torch.set_num_threads(1)
     ctx = {"size": size, "device": device, "work": work, "bundle": bundle, "corpus": corpus_of(bundle, size),
-           "seconds_left": args.seconds_left, "started": STARTED if started is None else started}
+           "seconds_left": args.seconds_left, "started": STARTED if started is None else started,
+           "table": args.table}
     results = Results(work / f"{name}.json")
     started = time.perf_counter()
     try:
@@ -767,11 +788,12 @@ def run_check(args) -> int:
         elif args.in_process:  # one process for every part: no time limit, no second import (the CPU test)
             part_started = time.perf_counter()
             run_part(name, argparse.Namespace(work=str(work), bundle=str(bundle), dry_run=args.dry_run,
-                                              seconds_left=limit), started=part_started)
+                                              seconds_left=limit, table=args.table), started=part_started)
             outcomes[name] = {**read_json(work / f"{name}.json"), "seconds": time.perf_counter() - part_started}
         else:
             command = [sys.executable, "-m", "checks.gpu_check", "--part", name, "--work", str(work),
-                       "--bundle", str(bundle), "--seconds-left", f"{limit:.1f}", *(["--dry-run"] if args.dry_run else [])]
+                       "--bundle", str(bundle), "--seconds-left", f"{limit:.1f}", *(["--dry-run"] if args.dry_run else []),
+                       *(["--table", args.table] if args.table else [])]
             code, _, seconds = run_process(command, limit, env=child_env)
             result = read_json(work / f"{name}.json")
             status = result.get("status", "no result")
@@ -1060,6 +1082,9 @@ def main(argv: list[str] | None = None) -> int:
                                                       "while the budget lasts)")
     parser.add_argument("--budget", type=float, default=None, help="seconds for the whole check (GPU 480, dry 600)")
     parser.add_argument("--skip-tests", action="store_true", help="do not run tests/gpu")
+    parser.add_argument("--table", default=None,
+                        help="speed: comma-separated rows of the runtime table to time (electra always; default all: "
+                             + ",".join(table_label(v, e).replace(" ", "_") for v, e in TABLE_RUNS) + ")")
     parser.add_argument("--work", default=None, help="working folder (default: a temporary one, removed)")
     parser.add_argument("--keep-work", action="store_true", help="keep the temporary working folder")
     parser.add_argument("--in-process", action="store_true", help="run every part in this process, without time "
@@ -1070,6 +1095,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     if args.prepare:
         return prepare(args)
+    table_runs(args.table)  # a bad --table fails here, before any part runs
     if args.part:
         return run_part(args.part, args)
     return run_check(args)

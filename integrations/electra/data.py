@@ -426,8 +426,11 @@ class BatchStream:
         rows = self._order[self.position:self.position + self.batch_size]
         self.position += self.batch_size
         ids = torch.from_numpy(np.asarray(self.examples[rows]["input_ids"], dtype=np.int64))
-        mask = (ids != self.pad_id).long()
-        return {"input_ids": ids.to(self.device), "attention_mask": mask.to(self.device)}
+        if self.device.type == "cuda":  # a copy from pinned memory does not make the host wait for the device
+            ids = ids.pin_memory().to(self.device, non_blocking=True)
+        else:
+            ids = ids.to(self.device)
+        return {"input_ids": ids, "attention_mask": (ids != self.pad_id).long()}
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "n": len(self.examples),

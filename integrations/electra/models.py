@@ -137,8 +137,12 @@ class PairPart:
 
 
 def masked_lm_logits(generator: ElectraForMaskedLM, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                     position_ids: torch.Tensor, token_type_ids: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-    """The generator's vocabulary logits at the masked positions only (the head runs on those rows alone)."""
+                     position_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                     masked: torch.Tensor | tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The generator's vocabulary logits at the masked positions only (the head runs on those rows alone).
+
+    ``masked``: a boolean mask of the positions, or its ``nonzero(as_tuple=True)`` indices (the same rows in the
+    same order, without sizing the selection on the host again)."""
     hidden = generator.electra(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                token_type_ids=token_type_ids).last_hidden_state
     return generator.generator_lm_head(generator.generator_predictions(hidden[masked]))

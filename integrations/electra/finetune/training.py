@@ -190,6 +190,9 @@ def layerwise_parameter_groups(
     ]
 
 
+POSTFIX_EVERY = 50  # steps between the progress bar's loss readings (each one waits for the device)
+
+
 @dataclass
 class TrainStats:
     steps: int = 0
@@ -245,7 +248,7 @@ def train(
     # redirected output gets a bar only for long runs, rarely redrawn (per-run summary lines are logged either way)
     bar = progress_bar(enabled=progress, total=total_steps, desc=description, leave=False, dynamic_ncols=True)
     while stats.steps < total_steps:
-        epoch_losses: list[float] = []
+        epoch_losses: list[torch.Tensor] = []  # kept on the device: reading each step would make the host wait
         for drawn in iterate_batches(len(features), config.batch_size, generator) if sampler is None else sampler:
             if stats.steps >= total_steps:  # fractional epochs
                 break
@@ -264,10 +267,11 @@ def train(
             optimizer.step()
             scheduler.step()
             stats.steps += 1
-            epoch_losses.append(float(loss.detach()))
+            epoch_losses.append(loss.detach().double())
             bar.update(1)
-            bar.set_postfix(loss=f"{epoch_losses[-1]:.4f}")
-        stats.epoch_mean_losses.append(float(np.mean(epoch_losses)))
+            if progress and stats.steps % POSTFIX_EVERY == 0:
+                bar.set_postfix(loss=f"{float(epoch_losses[-1]):.4f}")
+        stats.epoch_mean_losses.append(float(torch.stack(epoch_losses).mean()))
     bar.close()
     stats.seconds = time.perf_counter() - started
     return stats

@@ -88,14 +88,17 @@ def corrupt_batch(generator: Callable[..., torch.Tensor], raw: Mapping[str, torc
     input_ids, attention_mask = raw["input_ids"], raw["attention_mask"]
     generator_input, masked = mask_inputs(input_ids, attention_mask, special, mask_prob, mask_token_prob)
     positions, segments = explicit_positions(input_ids)
+    # the masked positions as indices, found once: each boolean-mask index below would size its result on the
+    # host again (a wait for the device on a GPU); integer indices select the same rows in the same order
+    where = masked.nonzero(as_tuple=True)
     with autocast or contextlib.nullcontext():
         logits = generator(input_ids=generator_input, attention_mask=attention_mask, position_ids=positions,
-                           token_type_ids=segments, masked=masked)
-    targets = input_ids[masked]
+                           token_type_ids=segments, masked=where)
+    targets = input_ids[where]
     generator_loss = F.cross_entropy(logits.float(), targets)
     sampled = gumbel_max_sample(logits) if replacements == "generator" else uniform_replacements(logits, special)
     corrupted = input_ids.clone()
-    corrupted[masked] = sampled
+    corrupted[where] = sampled
     examples = {"input_ids": corrupted, "original_ids": input_ids, "attention_mask": attention_mask,
                 "masked": masked}
     with torch.no_grad():  # accuracies stay on the device: read only on the steps that log them
