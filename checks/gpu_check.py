@@ -759,7 +759,8 @@ def run_check(args) -> int:
     env = environment("cpu" if args.dry_run else "cuda")
     prepared = read_json(bundle / "prepared.json")  # the device machine's copy may have no git history
     if prepared:
-        env["commit"] = env.get("commit") or prepared.get("commit")
+        # the tree was prepared here, where its history is; a device machine's copy of .git may be stale
+        env["commit"] = prepared.get("commit") or env.get("commit")
         env["prepared"] = prepared
     started = time.perf_counter()
     deadline = started + budget

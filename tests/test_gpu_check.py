@@ -91,3 +91,16 @@ def test_without_cuda_a_real_run_is_refused_with_a_hint(capsys):
         pytest.skip("this machine has CUDA")
     assert _gpu_check().main(["--skip-tests"]) == 2
     assert "--dry-run" in capsys.readouterr().err
+
+
+def test_table_picks_rows_by_name_keeps_electra_and_refuses_an_unknown_row():
+    gpu_check = _gpu_check()
+    every = gpu_check.table_runs(None)
+    assert every == list(gpu_check.TABLE_RUNS)
+    picked = gpu_check.table_runs("tmr-loss_diff_(deferred_feedback),tmr-grad_bound")
+    assert [gpu_check.table_label(v, e) for v, e in picked] == ["electra", "tmr-loss_diff (deferred feedback)",
+                                                                 "tmr-grad_bound"]
+    with pytest.raises(ValueError, match=r"--table names unknown rows \['tmr-nope'\]"):
+        gpu_check.table_runs("tmr-nope")
+    with pytest.raises(ValueError, match="tmr-nope"):  # refused before any part runs
+        gpu_check.main(["--dry-run", "--table", "tmr-nope", "--parts", "nccl"])
