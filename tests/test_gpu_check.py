@@ -46,7 +46,7 @@ def test_prepare_and_dry_run_write_every_section(tmp_path):
     for row in ("| electra | ", "| tmr-loss_diff | ", "| tmr-loss_diff (deferred feedback) |", "| tmr-grad_norm |",
                 "| tmr-grad_bound |", "Reference loop", "| 1,000 | 128 |", "draws and probabilities equal to a plain "
                 "`PrioritizedSampler`'s: True", "Held-out AUC at matched steps", "at matched training wall time",
-                "| deferred, --log-every 50 | "):
+                "| deferred, --log-every 50 | ", "Over 2 electra / reference pair(s) timed in turn"):
         assert row in text, row
     assert text.count("| tmr-loss_diff | 0.") >= 1 and "## SST-2 fine-tune" in text
     assert (out / "gpu_check.json").is_file()
