@@ -428,27 +428,42 @@ SYNC_RUNS = (("electra", {}), ("tmr-loss_diff", {"defer_feedback": True}), ("tmr
 @contextlib.contextmanager
 def sync_window(device: str, warm: int, steps: int, window: dict):
     """Turn ``torch.cuda.set_sync_debug_mode("warn")`` on from the start of step ``warm + 1`` to the start of step
-    ``warm + steps + 1`` (the producer's calls mark the steps), and record the warnings it raises."""
+    ``warm + steps + 1`` (the producer's calls mark the steps), and record the warnings it raises.
+
+    The debug mode does not flag ``torch.cuda.Event.synchronize()`` (deferred feedback waits on its copy's event
+    once per step), so that call is counted here too, as a warning from its caller's line. On the CPU the whole
+    block is the window."""
     import torch
 
     from replayloader_electra.pretrain.corruption import CorruptionProducer
 
     original = CorruptionProducer.__call__
+    event_synchronize = torch.cuda.Event.synchronize
     calls = {"n": 0}
     on_cuda = device == "cuda"
+    counting = {"on": not on_cuda}
 
     def counted(self, raw):
         calls["n"] += 1
         if on_cuda and calls["n"] == warm + 1:
             torch.cuda.synchronize()
             torch.cuda.set_sync_debug_mode("warn")
+            counting["on"] = True
         if calls["n"] == warm + steps + 1:
             if on_cuda:
                 torch.cuda.set_sync_debug_mode("default")
+                counting["on"] = False
             window["steps"] = steps
         return original(self, raw)
 
+    def flagged_event_synchronize(self, *args, **kwargs):
+        if counting["on"]:
+            warnings.warn("waited on a CUDA event: torch.cuda.Event.synchronize() (a synchronizing call the debug "
+                          "mode does not flag)", stacklevel=2)
+        return event_synchronize(self, *args, **kwargs)
+
     CorruptionProducer.__call__ = counted
+    torch.cuda.Event.synchronize = flagged_event_synchronize
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -463,6 +478,7 @@ def sync_window(device: str, warm: int, steps: int, window: dict):
         window["messages"] = sorted({str(w.message).splitlines()[0][:120] for w in found})
     finally:
         CorruptionProducer.__call__ = original
+        torch.cuda.Event.synchronize = event_synchronize
         if on_cuda:
             torch.cuda.set_sync_debug_mode("default")
 
@@ -494,7 +510,8 @@ def part_syncs(ctx: dict, results: Results) -> None:
 
     size = ctx["size"]
     warm, steps = size["sync_warm"], size["sync_steps"]
-    results["mode"] = ("torch.cuda.set_sync_debug_mode('warn')" if ctx["device"] == "cuda"
+    results["mode"] = ("torch.cuda.set_sync_debug_mode('warn'), plus each torch.cuda.Event.synchronize() (which it "
+                       "does not flag)" if ctx["device"] == "cuda"
                        else "not available on the CPU: plumbing only, no syncs can be seen")
     for variant, extra in SYNC_RUNS:
         label = variant + (" (deferred feedback)" if extra else "")

@@ -71,6 +71,25 @@ def test_syncs_are_counted_by_the_line_that_caused_them():
         warnings.warn("called a synchronizing CUDA operation")  # what set_sync_debug_mode("warn") raises
         warnings.warn("something else")
     assert window["syncs"] == 1 and list(window["where"]) == [f"tests/test_gpu_check.py:{_line_of('synchronizing CUDA')}"]
+
+
+def test_a_wait_on_a_cuda_event_is_counted_too(monkeypatch):
+    """The debug mode does not flag `torch.cuda.Event.synchronize()`; the window counts it at its caller's line
+    (a stand-in event here: no CUDA on the CPU), and puts the method back after."""
+    import torch
+
+    pytest.importorskip("transformers")
+    check = _gpu_check()
+    check.import_integration()
+    waited = []
+    monkeypatch.setattr(torch.cuda.Event, "synchronize", lambda self: waited.append(self))
+    stand_in, window = object(), {}
+    with check.sync_window("cpu", warm=0, steps=1, window=window):
+        torch.cuda.Event.synchronize(stand_in)  # the event wait
+    assert waited == [stand_in] and window["syncs"] == 1
+    assert list(window["where"]) == [f"tests/test_gpu_check.py:{_line_of('the event wait', call='synchronize(')}"]
+    torch.cuda.Event.synchronize(stand_in)  # outside the window: the method is the one it was before
+    assert waited == [stand_in, stand_in]
     assert [check.sync_source(w) for w in ("replayloader/buffer/core.py:3", "integrations/electra/pretrain/loop.py:9",
                                            "transformers/models/electra/x.py:1", "torch/nn/x.py:2")] == [
         "library", "integration", "transformers", "other"]
@@ -79,9 +98,9 @@ def test_syncs_are_counted_by_the_line_that_caused_them():
     assert check.auc_at(points, 9.0) == 0.8
 
 
-def _line_of(text: str) -> int:
+def _line_of(text: str, call: str = "warnings.warn") -> int:
     return next(i for i, line in enumerate(Path(__file__).read_text().splitlines(), 1)
-                if text in line and "warnings.warn" in line)
+                if text in line and call in line)
 
 
 def test_without_cuda_a_real_run_is_refused_with_a_hint(capsys):
