@@ -326,8 +326,9 @@ def part_speed(ctx: dict, results: Results) -> None:
     # an untimed run first: in both runs on an H200 the first row (electra) timed slower than tmr-loss_diff,
     # which does more work, so the first process-wide warm-up (allocator, kernels, clocks) may not end in its
     # own warm-up steps
-    pretrain(pretrain_config(ctx, ctx["work"] / "speed" / "warm-up", variant="electra", steps=size["table_warm"] * 2,
-                             log_every=10 ** 6))
+    with row_errors(results, "warm_up_errors", "untimed warm-up run"):  # a failure here still lets the rows run
+        pretrain(pretrain_config(ctx, ctx["work"] / "speed" / "warm-up", variant="electra",
+                                 steps=size["table_warm"] * 2, log_every=10 ** 6))
     base = None
     for variant, extra in table_runs(ctx["table"]):
         label = table_label(variant, extra)
@@ -802,9 +803,9 @@ def run_check(args) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     env = environment("cpu" if args.dry_run else "cuda")
     prepared = read_json(bundle / "prepared.json")  # the device machine's copy may have no git history
-    if prepared:
-        # the tree was prepared here, where its history is; a device machine's copy of .git may be stale
-        env["commit"] = prepared.get("commit") or env.get("commit")
+    if prepared:  # a device machine's copy of .git may be stale, and a kept bundle may be: the report names both
+        env["git_commit"] = env.get("commit")
+        env["commit"] = env.get("commit") or prepared.get("commit")
         env["prepared"] = prepared
     started = time.perf_counter()
     deadline = started + budget
@@ -861,6 +862,16 @@ def fmt(value, spec: str = ".3f", empty: str = "") -> str:
     return empty if value is None else format(value, spec)
 
 
+def commit_text(env: dict) -> str:
+    """The commit the report names: git's, and the bundle's `--prepare` commit when that differs (on a device
+    machine git's copy may be stale; here a kept bundle may be)."""
+    git, prepared = env.get("git_commit"), env.get("prepared", {}).get("commit")
+    if git and prepared and git != prepared:
+        return f"{prepared} by the bundle's prepared.json (git here says {git}; the tree is the prepared one " \
+               "unless it changed after --prepare)"
+    return str(env.get("commit"))
+
+
 def write_report(out: Path, args, env: dict, outcomes: dict, work: Path, seconds: float) -> None:
     """The report and every number (gpu_check.json beside it), rewritten after each part."""
     out.write_text(report(args, env, outcomes, seconds))
@@ -872,7 +883,7 @@ def report(args, env: dict, outcomes: dict, seconds: float) -> str:
     dry = args.dry_run
     lines = [f"# GPU check{' (dry run on the CPU: plumbing only, not a measurement)' if dry else ''}", "",
              f"Command: `bash checks/gpu_check.sh` (after `python -m checks.gpu_check --prepare` here), which ran "
-             f"`python -m checks.gpu_check {getattr(args, 'argv_text', '')}`, at commit " + str(env.get("commit"))
+             f"`python -m checks.gpu_check {getattr(args, 'argv_text', '')}`, at commit " + commit_text(env)
              + (f" with {env['prepared']['uncommitted_changes']} uncommitted change(s) when prepared"
                 if env.get("prepared", {}).get("uncommitted_changes") else "") + "  ",
              f"Date: {env['date']}  ",

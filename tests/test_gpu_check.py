@@ -82,14 +82,16 @@ def test_a_wait_on_a_cuda_event_is_counted_too(monkeypatch):
     check = _gpu_check()
     check.import_integration()
     waited = []
-    monkeypatch.setattr(torch.cuda.Event, "synchronize", lambda self: waited.append(self))
+    def stub(self):
+        waited.append(self)
+
+    monkeypatch.setattr(torch.cuda.Event, "synchronize", stub)
     stand_in, window = object(), {}
     with check.sync_window("cpu", warm=0, steps=1, window=window):
         torch.cuda.Event.synchronize(stand_in)  # the event wait
     assert waited == [stand_in] and window["syncs"] == 1
     assert list(window["where"]) == [f"tests/test_gpu_check.py:{_line_of('the event wait', call='synchronize(')}"]
-    torch.cuda.Event.synchronize(stand_in)  # outside the window: the method is the one it was before
-    assert waited == [stand_in, stand_in]
+    assert torch.cuda.Event.synchronize is stub  # put back after the window
     assert [check.sync_source(w) for w in ("replayloader/buffer/core.py:3", "integrations/electra/pretrain/loop.py:9",
                                            "transformers/models/electra/x.py:1", "torch/nn/x.py:2")] == [
         "library", "integration", "transformers", "other"]
@@ -123,3 +125,13 @@ def test_table_picks_rows_by_name_keeps_electra_and_refuses_an_unknown_row():
         gpu_check.table_runs("tmr-nope")
     with pytest.raises(ValueError, match="tmr-nope"):  # refused before any part runs
         gpu_check.main(["--dry-run", "--table", "tmr-nope", "--parts", "nccl"])
+
+
+def test_the_report_names_both_commits_when_git_and_the_bundle_disagree():
+    gpu_check = _gpu_check()
+    same = {"commit": "abc1234", "git_commit": "abc1234", "prepared": {"commit": "abc1234"}}
+    assert gpu_check.commit_text(same) == "abc1234"
+    stale = {"commit": "0c8e572", "git_commit": "0c8e572", "prepared": {"commit": "5f7468e"}}
+    assert gpu_check.commit_text(stale).startswith("5f7468e by the bundle's prepared.json (git here says 0c8e572")
+    no_git = {"commit": "5f7468e", "git_commit": None, "prepared": {"commit": "5f7468e"}}
+    assert gpu_check.commit_text(no_git) == "5f7468e"

@@ -215,6 +215,14 @@ def prioritized_sampler(num_examples: int, config: FinetuneConfig, seed: int, to
                               uniform_fraction=0.1, seed=seed)
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host batch tensor on ``device``. To a GPU through pinned memory without blocking: a copy from pageable
+    memory makes the host wait for the device's queued work on every step."""
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 def train(
     model: nn.Module,
     encoder: nn.Module,
@@ -253,7 +261,7 @@ def train(
             if stats.steps >= total_steps:  # fractional epochs
                 break
             indices = drawn if sampler is None else drawn.indices.tolist()
-            batch = {k: v.to(device) for k, v in collate([features[i] for i in indices]).items()}
+            batch = {k: to_device(v, device) for k, v in collate([features[i] for i in indices]).items()}
             with config.autocast():
                 per_example = compute_loss(model, batch)
             if sampler is None:
@@ -267,11 +275,11 @@ def train(
             optimizer.step()
             scheduler.step()
             stats.steps += 1
-            epoch_losses.append(loss.detach().double())
+            epoch_losses.append(loss.detach().float())  # float32: MPS has no float64
             bar.update(1)
             if progress and stats.steps % POSTFIX_EVERY == 0:
                 bar.set_postfix(loss=f"{float(epoch_losses[-1]):.4f}")
-        stats.epoch_mean_losses.append(float(torch.stack(epoch_losses).mean()))
+        stats.epoch_mean_losses.append(float(torch.stack(epoch_losses).cpu().double().mean()))
     bar.close()
     stats.seconds = time.perf_counter() - started
     return stats
