@@ -282,7 +282,7 @@ TABLE_RUNS = (("electra", {}), ("tmr-loss_diff", {}), ("tmr-loss_diff", {"defer_
 
 
 def table_label(variant: str, extra: dict) -> str:
-    """A runtime-table row's name, as `--table` takes it (spaces as underscores there)."""
+    """A row's name in the runtime table and the sync counts (`--table` spells its spaces as underscores)."""
     return variant + (" (deferred feedback)" if extra else "")
 
 
@@ -290,13 +290,12 @@ def table_runs(chosen: str | None) -> list[tuple[str, dict]]:
     """The rows of `TABLE_RUNS` that ``--table`` names (all when None); electra always, the ratios' base."""
     if not chosen:
         return list(TABLE_RUNS)
-    names = {name.strip().replace("_", " ") for name in chosen.split(",") if name.strip()}
-    known = {table_label(variant, extra) for variant, extra in TABLE_RUNS}
-    unknown = sorted(names - {label.replace("_", " ") for label in known})
+    spelled = {table_label(v, e).replace(" ", "_"): (v, e) for v, e in TABLE_RUNS}
+    names = {name.strip().replace(" ", "_") for name in chosen.split(",") if name.strip()}
+    unknown = sorted(names - set(spelled))
     if unknown:
-        raise ValueError(f"--table names unknown rows {unknown}; the rows are "
-                         f"{', '.join(sorted(label.replace(' ', '_') for label in known))}")
-    return [(v, e) for v, e in TABLE_RUNS if v == "electra" or table_label(v, e).replace("_", " ") in names]
+        raise ValueError(f"--table names unknown rows {unknown}; the rows are {', '.join(sorted(spelled))}")
+    return [run for name, run in spelled.items() if run[0] == "electra" or name in names]
 
 
 def time_row(ctx: dict, folder: str, variant: str, extra: dict) -> tuple[float, int]:
@@ -515,7 +514,7 @@ def part_syncs(ctx: dict, results: Results) -> None:
                        "does not flag)" if ctx["device"] == "cuda"
                        else "not available on the CPU: plumbing only, no syncs can be seen")
     for variant, extra in SYNC_RUNS:
-        label = variant + (" (deferred feedback)" if extra else "")
+        label = table_label(variant, extra)
         window: dict = {}
         with row_errors(results, "runs", label), sync_window(ctx["device"], warm, steps, window):
             pretrain(pretrain_config(ctx, ctx["work"] / "syncs" / label.replace(" ", "_"), variant=variant,

@@ -71,6 +71,12 @@ def test_syncs_are_counted_by_the_line_that_caused_them():
         warnings.warn("called a synchronizing CUDA operation")  # what set_sync_debug_mode("warn") raises
         warnings.warn("something else")
     assert window["syncs"] == 1 and list(window["where"]) == [f"tests/test_gpu_check.py:{_line_of('synchronizing CUDA')}"]
+    assert [check.sync_source(w) for w in ("replayloader/buffer/core.py:3", "integrations/electra/pretrain/loop.py:9",
+                                           "transformers/models/electra/x.py:1", "torch/nn/x.py:2")] == [
+        "library", "integration", "transformers", "other"]
+    points = [{"elapsed": 1.0, "auc": 0.6}, {"elapsed": 3.0, "auc": 0.8}]
+    assert check.auc_at(points, 0.5) is None and check.auc_at(points, 2.0) == pytest.approx(0.7)
+    assert check.auc_at(points, 9.0) == 0.8
 
 
 def test_a_wait_on_a_cuda_event_is_counted_too(monkeypatch):
@@ -82,6 +88,7 @@ def test_a_wait_on_a_cuda_event_is_counted_too(monkeypatch):
     check = _gpu_check()
     check.import_integration()
     waited = []
+
     def stub(self):
         waited.append(self)
 
@@ -92,12 +99,6 @@ def test_a_wait_on_a_cuda_event_is_counted_too(monkeypatch):
     assert waited == [stand_in] and window["syncs"] == 1
     assert list(window["where"]) == [f"tests/test_gpu_check.py:{_line_of('the event wait', call='synchronize(')}"]
     assert torch.cuda.Event.synchronize is stub  # put back after the window
-    assert [check.sync_source(w) for w in ("replayloader/buffer/core.py:3", "integrations/electra/pretrain/loop.py:9",
-                                           "transformers/models/electra/x.py:1", "torch/nn/x.py:2")] == [
-        "library", "integration", "transformers", "other"]
-    points = [{"elapsed": 1.0, "auc": 0.6}, {"elapsed": 3.0, "auc": 0.8}]
-    assert check.auc_at(points, 0.5) is None and check.auc_at(points, 2.0) == pytest.approx(0.7)
-    assert check.auc_at(points, 9.0) == 0.8
 
 
 def _line_of(text: str, call: str = "warnings.warn") -> int:

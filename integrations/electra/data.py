@@ -35,6 +35,7 @@ import torch
 from .errors import UserError  # noqa: F401
 from .tokenizer import SPECIAL_TOKENS, load_tokenizer, train_wordpiece  # noqa: F401
 from .corpus import manifest, snapshot_file
+from .runtime import to_device
 from .table import Columns
 
 EMBEDDED_CORPORA = tuple(manifest())  # python-docs, python-topics: the frozen snapshots
@@ -426,10 +427,7 @@ class BatchStream:
         rows = self._order[self.position:self.position + self.batch_size]
         self.position += self.batch_size
         ids = torch.from_numpy(np.asarray(self.examples[rows]["input_ids"], dtype=np.int64))
-        if self.device.type == "cuda":  # a copy from pinned memory does not make the host wait for the device
-            ids = ids.pin_memory().to(self.device, non_blocking=True)
-        else:
-            ids = ids.to(self.device)
+        ids = to_device(ids, self.device)
         return {"input_ids": ids, "attention_mask": (ids != self.pad_id).long()}
 
     def state_dict(self) -> dict:

@@ -32,6 +32,15 @@ def pick_device(name: str | None = "auto") -> torch.device:
     return device
 
 
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host batch tensor on ``device``. To a GPU through pinned memory without blocking: a copy from pageable
+    memory makes the host wait for the device's queued work (pretraining's batch stream and fine-tuning's batches
+    both copy so)."""
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
 def set_seed(seed: int) -> None:
     """Seed Python, NumPy's global generator and torch (every device) in one place."""
     random.seed(seed)

@@ -31,7 +31,7 @@ from transformers import get_linear_schedule_with_warmup
 
 from ..errors import UserError
 from ..output import progress_bar, quiet_transformers
-from ..runtime import Autocast
+from ..runtime import Autocast, to_device
 from .options import FINETUNE_PRESETS, SAMPLINGS, TrainingOptions
 
 
@@ -213,14 +213,6 @@ def prioritized_sampler(num_examples: int, config: FinetuneConfig, seed: int, to
 
     return PrioritizedSampler(num_examples, config.batch_size, beta=LinearSchedule(0.4, 1.0, total_steps),
                               uniform_fraction=0.1, seed=seed)
-
-
-def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host batch tensor on ``device``. To a GPU through pinned memory without blocking: a copy from pageable
-    memory makes the host wait for the device's queued work on every step."""
-    if device.type == "cuda":
-        return tensor.pin_memory().to(device, non_blocking=True)
-    return tensor.to(device)
 
 
 def train(
